@@ -1,0 +1,31 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch is served from local disk; GPU users install their own torch first.
+TORCH ?= torch==2.13.0
+
+.PHONY: run test venv dev bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)
+
+venv: $(BIN)/python
+	$(BIN)/pip install -q -e ".[tasks,plot]"
+
+dev: $(BIN)/python
+	$(BIN)/pip install -q -e ".[dev]"
+
+run: venv
+	$(BIN)/hyperscalees train digits --time-budget 120 --out runs/digits
+
+test: dev
+	$(BIN)/python -m pytest -q -n 2 tests
+
+bench: venv
+	$(BIN)/hyperscalees bench throughput --quick
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

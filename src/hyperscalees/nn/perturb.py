@@ -1,0 +1,189 @@
+"""Run any ``nn.Module`` as a whole population in one forward, without rewriting it.
+
+Inside :func:`perturbation`, every module owning a trainable parameter adds its
+members' perturbations to its own output:
+
+- ``Linear``: forward hook adding s(σ/√r)(x B)Aᵀ (+ s σ e for the bias) in one batched GEMM;
+- ``Embedding``: hook adding s(σ/√r) A[idx] Bᵀ, drawing only the looked-up rows of A;
+- ``LayerNorm``/``RMSNorm``: hook adding s σ (x̂ ε_w + ε_b) with x̂ recomputed;
+- any other module: its forward runs under ``torch.vmap`` over members with per-member
+  copies of its own (small) parameters -- correct for anything, cheap for vectors.
+
+Dimensions: P members in the slice, K = P/2 pairs, M rows per member. Inputs are
+member-major along dim 0: rows [i*M, (i+1)*M) belong to member lo + i.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..noise.sampling import full_rows, lowrank_b, lowrank_rows
+from ..ops.lowrank_linear import add_lowrank_, get_noisy_standard
+from ..strategies.param_spec import ESMode
+from .es_map import owned_parameters
+
+_NORMS = (nn.LayerNorm, nn.RMSNorm)
+
+
+def _split_pairs(t: Tensor, k: int, what: str) -> Tensor:
+    if t.shape[0] % (2 * k):
+        raise ValueError(f"{what}: leading dimension {t.shape[0]} is not a multiple of the "
+                         f"{2 * k} members being evaluated (inputs must be member-major)")
+    return t
+
+
+def _add_vector_noise(y: Tensor, eps: Tensor, signs: Tensor, sigma: float, factor: Tensor | None = None) -> Tensor:
+    """y (P*M.., *vshape) += s σ ε (· factor): per-member noise on a trailing-dims vector."""
+    k = eps.shape[0]
+    vshape = eps.shape[1:]
+    coef = (signs.to(y.dtype) * sigma).view(k, 2, 1, *([1] * len(vshape)))
+    term = eps.to(y.dtype).view(k, 1, 1, *vshape) * coef  # (K, 2, 1, *v)
+    yk = y.reshape(k, 2, -1, *vshape)
+    if factor is not None:
+        term = factor.reshape(k, 2, -1, *vshape) * term
+    return (yk + term).view_as(y)
+
+
+class _Context:
+    """Per-forward-context noise, drawn once per parameter and reused by every call."""
+
+    def __init__(self, strategy, pop, lo, hi):
+        self.strategy, self.pop, self.lo, self.hi = strategy, pop, lo, hi
+        self.k = (hi - lo) // 2
+        self.memo = {}
+
+    def noise(self, name):
+        if name not in self.memo:
+            self.memo[name] = self.strategy.noise(name, self.pop, self.lo, self.hi)
+        return self.memo[name]
+
+    def pairs(self, device):
+        return self.pop.pairs(self.lo, self.hi, device=device)
+
+    def signs(self, device):
+        return self.pop.signs(self.lo, self.hi, device=device)
+
+
+def _linear_hook(ctx: _Context, wname, bname):
+    def hook(mod, inp, y):
+        x = _split_pairs(inp[0], ctx.k, type(mod).__name__)
+        bn = ctx.noise(bname) if bname else None
+        if wname:
+            wn = ctx.noise(wname)
+            if wn.a is not None:
+                return add_lowrank_(y, x, wn.b, wn.a, wn.signs, wn.scale, bn.eps if bn else None, wn.sigma)
+            xk = x.reshape(ctx.k, -1, x.shape[-1])
+            delta = torch.bmm(xk, wn.eps.to(x.dtype).transpose(1, 2))  # (K, 2M, out) dense OpenES term
+            coef = (wn.signs.to(x.dtype) * wn.sigma).view(ctx.k, 2, 1, 1)
+            y = y + (delta.view(ctx.k, 2, -1, y.shape[-1]) * coef).view_as(y)
+        if bn:
+            y = _add_vector_noise(y, bn.eps, bn.signs, bn.sigma)
+        return y
+    return hook
+
+
+def _embedding_hook(ctx: _Context, wname, lowrank: bool):
+    def hook(mod, inp, y):
+        idx = _split_pairs(inp[0], ctx.k, "Embedding")
+        dev = y.device
+        pairs, signs, pop = ctx.pairs(dev), ctx.signs(dev), ctx.pop
+        rows = idx.reshape(ctx.k, -1)  # (K, 2T)
+        dim = mod.weight.shape[1]
+        if lowrank:
+            a_rows = lowrank_rows(pop, wname, dim, pairs, rows)  # (K, 2T, r)
+            b = lowrank_b(pop, wname, dim, pairs)  # (K, dim, r)
+            coef = (signs.to(y.dtype) * pop.sigma / pop.rank ** 0.5).view(ctx.k, 2, 1, 1)
+            left = a_rows.to(y.dtype).view(ctx.k, 2, -1, pop.rank).mul(coef).view(ctx.k, -1, pop.rank)
+            delta = torch.bmm(left, b.to(y.dtype).transpose(1, 2))  # (K, 2T, dim)
+        else:
+            eps = full_rows(pop, wname, dim, pairs, rows).to(y.dtype)  # (K, 2T, dim)
+            coef = (signs.to(y.dtype) * pop.sigma).view(ctx.k, 2, 1, 1)
+            delta = (eps.view(ctx.k, 2, -1, dim) * coef).view(ctx.k, -1, dim)
+        return y + delta.view_as(y)
+    return hook
+
+
+def _norm_hook(ctx: _Context, wname, bname):
+    def hook(mod, inp, y):
+        x = _split_pairs(inp[0], ctx.k, type(mod).__name__)
+        if wname:
+            if isinstance(mod, nn.LayerNorm):
+                xhat = F.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
+            else:
+                xhat = F.rms_norm(x, mod.normalized_shape, None, mod.eps)
+            wn = ctx.noise(wname)
+            y = _add_vector_noise(y, wn.eps, wn.signs, wn.sigma, factor=xhat)
+        if bname:
+            bn = ctx.noise(bname)
+            y = _add_vector_noise(y, bn.eps, bn.signs, bn.sigma)
+        return y
+    return hook
+
+
+def _vmapped_forward(ctx: _Context, mod: nn.Module, active: dict[str, str]):
+    """Any module: vmap its forward over members with per-member copies of its parameters."""
+    original = mod.forward
+    inside = [False]
+
+    def forward(*args, **kwargs):
+        if inside[0]:
+            return original(*args, **kwargs)
+        members = {}
+        for attr, name in active.items():
+            n = ctx.noise(name)
+            members[attr] = get_noisy_standard(getattr(mod, attr), n.eps, n.signs, n.sigma)  # (P, *shape)
+        p = 2 * ctx.k
+        split = [a.reshape(p, -1, *a.shape[1:]) if isinstance(a, Tensor) else a for a in args]
+        in_dims = tuple(0 if isinstance(a, Tensor) else None for a in split)
+
+        def one(params, *xs):
+            return torch.func.functional_call(mod, params, xs, kwargs)
+
+        inside[0] = True
+        try:
+            out = torch.vmap(one, in_dims=(0, *in_dims))(members, *split)
+        finally:
+            inside[0] = False
+        return out.reshape(-1, *out.shape[2:])
+
+    return forward
+
+
+@contextmanager
+def perturbation(model: nn.Module, strategy, pop, lo: int = 0, hi: int | None = None):
+    """Within the block, ``model`` evaluates members [lo, hi) of ``pop`` in one forward."""
+    hi = pop.size if hi is None else hi
+    pop.check_members(lo, hi)
+    ctx = _Context(strategy, pop, lo, hi)
+    by_module = defaultdict(dict)
+    for mod, attr, name, _ in owned_parameters(model):
+        if strategy.specs[name].mode != ESMode.EXCLUDED:
+            by_module[mod][attr] = name
+    handles, patched = [], []
+    try:
+        for mod, active in by_module.items():
+            if isinstance(mod, nn.Linear) and set(active) <= {"weight", "bias"}:
+                handles.append(mod.register_forward_hook(_linear_hook(ctx, active.get("weight"), active.get("bias"))))
+            elif isinstance(mod, nn.Embedding) and set(active) == {"weight"}:
+                spec = strategy.specs[active["weight"]]
+                handles.append(mod.register_forward_hook(
+                    _embedding_hook(ctx, active["weight"], strategy.is_lowrank(spec))))
+            elif isinstance(mod, _NORMS) and set(active) <= {"weight", "bias"}:
+                handles.append(mod.register_forward_hook(_norm_hook(ctx, active.get("weight"), active.get("bias"))))
+            else:
+                if any(strategy.is_lowrank(strategy.specs[n]) for n in active.values()):
+                    raise ValueError(f"{type(mod).__name__} parameters {sorted(active.values())} are marked "
+                                     "low-rank but only Linear/Embedding support it; map them to 'param'")
+                patched.append(mod)
+                mod.forward = _vmapped_forward(ctx, mod, active)
+        with torch.no_grad():
+            yield ctx
+    finally:
+        for h in handles:
+            h.remove()
+        for mod in patched:
+            del mod.forward

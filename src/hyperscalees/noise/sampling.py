@@ -1,0 +1,70 @@
+"""Noise of one parameter for a range of antithetic pairs, generated in bulk on the device.
+
+Shapes: K pairs, r rank. A matrix parameter stored (rows, cols) gets, per pair, one
+draw Z of (cols + rows) * r values: the first cols*r are B (cols, r), the rest A (rows, r),
+so its perturbation in its own orientation is A Bᵀ. Any other parameter gets a draw of
+its own numel. Element j of pair k is ``element_bits(pair_keys(key, k), j)`` -- so a
+subset of elements (embedding rows) can be drawn without drawing the rest.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .distributions import bits_to_noise
+from .keys import element_bits, epoch_key, name_key, pair_keys
+from .population import Population
+
+
+def param_epoch_key(pop: Population, name: str) -> int:
+    return epoch_key(name_key(pop.seed, name), pop.step, pop.noise_reuse)
+
+
+def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.float32,
+         per_pair: bool = False) -> Tensor:
+    """Noise at element ``index`` for every pair: pairs (K,), index (...) -> (K, ...).
+
+    With ``per_pair`` the index is (K, ...) and picks different elements for each pair.
+    """
+    pk = pair_keys(param_epoch_key(pop, name), pairs.to(index.device))
+    extra = index.dim() - 1 if per_pair else index.dim()
+    pk = pk.view(-1, *([1] * extra))
+    return bits_to_noise(element_bits(pk, index), pop.distribution, dtype)
+
+
+def full_noise(pop: Population, name: str, shape, pairs: Tensor, dtype=torch.float32) -> Tensor:
+    """(K, *shape) unit noise for a parameter perturbed at full rank."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    idx = torch.arange(numel, device=pairs.device, dtype=torch.int32)
+    return draw(pop, name, pairs, idx, dtype).view(pairs.numel(), *shape)
+
+
+def lowrank_factors(pop: Population, name: str, rows: int, cols: int, pairs: Tensor, dtype=torch.float32):
+    """A (K, rows, r) and B (K, cols, r) unit factors of a (rows, cols) matrix's draw."""
+    r = pop.rank
+    z = full_noise(pop, name, ((cols + rows) * r,), pairs, dtype)  # (K, (cols+rows)*r)
+    b = z[:, : cols * r].view(-1, cols, r)
+    a = z[:, cols * r :].view(-1, rows, r)
+    return a, b
+
+
+def lowrank_rows(pop: Population, name: str, cols: int, pairs: Tensor, rows: Tensor, dtype=torch.float32) -> Tensor:
+    """Only the A rows selected by ``rows`` (K, T) -> (K, T, r); for embedding lookups."""
+    r = pop.rank
+    idx = cols * r + rows.to(torch.int32).unsqueeze(-1) * r + torch.arange(r, device=rows.device, dtype=torch.int32)
+    return draw(pop, name, pairs, idx, dtype, per_pair=True)  # (K, T, r)
+
+
+def lowrank_b(pop: Population, name: str, cols: int, pairs: Tensor, dtype=torch.float32) -> Tensor:
+    """Only B (K, cols, r) of a draw: the embedding forward needs B and a few rows of A."""
+    r = pop.rank
+    idx = torch.arange(cols * r, device=pairs.device, dtype=torch.int32)
+    return draw(pop, name, pairs, idx, dtype).view(-1, cols, r)
+
+
+def full_rows(pop: Population, name: str, cols: int, pairs: Tensor, rows: Tensor, dtype=torch.float32) -> Tensor:
+    """Rows (K, T) of a dense (rows, cols) draw -> (K, T, cols); OpenES embedding lookups."""
+    idx = rows.to(torch.int32).unsqueeze(-1) * cols + torch.arange(cols, device=rows.device, dtype=torch.int32)
+    return draw(pop, name, pairs, idx, dtype, per_pair=True)

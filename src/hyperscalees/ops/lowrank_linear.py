@@ -1,0 +1,75 @@
+"""Population matmuls with rank-r noise, never materializing a per-member matrix.
+
+Dimensions: K antithetic pairs, P = 2K members, M rows per member (batch x tokens),
+r rank. Inputs are member-major: rows [i*M, (i+1)*M) of ``x`` belong to member i.
+Both members of a pair share one draw, so ``x`` is viewed as (K, 2M, in) and the
+factor products run once per pair; the sign is applied to the small (K, 2, M, r) term.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
+                 vec_noise: Tensor | None = None, vec_scale: float = 0.0) -> Tensor:
+    """y += s * scale * (x @ x_factor) @ y_factorᵀ  (+ s * vec_scale * vec_noise), per member.
+
+    x (P*M.., din), y (P*M.., dout), x_factor (K, din, r), y_factor (K, dout, r),
+    signs (K, 2), vec_noise (K, dout) -- a bias's full-rank noise folded in as one extra
+    rank column so the whole perturbation is a single batched GEMM into ``y``.
+    """
+    k, r = x_factor.shape[0], x_factor.shape[-1]
+    dout = y.shape[-1]
+    xk = x.reshape(k, -1, x.shape[-1])  # (K, 2M, din)
+    m2 = xk.shape[1]
+    if m2 % 2:
+        raise ValueError(f"{x.shape[0]} input rows cannot be split evenly over {2 * k} members")
+    coef = (signs.to(x.dtype) * scale).view(k, 2, 1, 1)
+    u = torch.bmm(xk, x_factor.to(x.dtype)).view(k, 2, m2 // 2, r).mul_(coef)  # (K, 2, M, r)
+    left, right = u.view(k, m2, r), y_factor.to(x.dtype)
+    if vec_noise is not None:
+        ones = (signs.to(x.dtype) * vec_scale).view(k, 2, 1, 1).expand(k, 2, m2 // 2, 1)
+        left = torch.cat([left, ones.reshape(k, m2, 1)], dim=-1)  # (K, 2M, r+1)
+        right = torch.cat([right, vec_noise.to(x.dtype).unsqueeze(-1)], dim=-1)  # (K, dout, r+1)
+    yk = y.view(k, m2, dout)
+    if torch.is_grad_enabled() and (y.requires_grad or x.requires_grad):
+        return torch.baddbmm(yk, left, right.transpose(1, 2)).view_as(y)
+    yk.baddbmm_(left, right.transpose(1, 2))
+    return y
+
+
+def do_mm(x: Tensor, weight: Tensor, a: Tensor, b: Tensor, signs: Tensor, scale: float,
+          bias: Tensor | None = None, bias_noise: Tensor | None = None, sigma: float = 0.0) -> Tensor:
+    """x (W + s·scale·A Bᵀ)ᵀ (+ b + s·σ·e) for W stored (out, in); a (K, out, r), b (K, in, r)."""
+    y = F.linear(x, weight, bias)
+    return add_lowrank_(y, x, b, a, signs, scale, bias_noise, sigma)
+
+
+def do_Tmm(x: Tensor, weight: Tensor, a: Tensor, b: Tensor, signs: Tensor, scale: float) -> Tensor:
+    """x (W + s·scale·A Bᵀ) for W stored (in, out); a (K, in, r), b (K, out, r)."""
+    y = x @ weight
+    return add_lowrank_(y, x, a, b, signs, scale)
+
+
+def do_emb(idx: Tensor, weight: Tensor, a_rows: Tensor, b: Tensor, signs: Tensor, scale: float) -> Tensor:
+    """(W + s·scale·A Bᵀ)[idx] for W stored (vocab, dim).
+
+    a_rows (K, 2M, r) are the rows of A picked by each member's tokens (drawn on demand,
+    never the whole (K, vocab, r) table); b (K, dim, r).
+    """
+    k, r = b.shape[0], b.shape[-1]
+    y = F.embedding(idx, weight)
+    m2 = a_rows.shape[1]
+    coef = (signs.to(y.dtype) * scale).view(k, 2, 1, 1)
+    left = a_rows.to(y.dtype).view(k, 2, m2 // 2, r).mul(coef).view(k, m2, r)
+    yk = y.view(k, m2, -1)
+    return torch.baddbmm(yk, left, b.to(y.dtype).transpose(1, 2)).view_as(y)
+
+
+def get_noisy_standard(param: Tensor, noise: Tensor, signs: Tensor, sigma: float) -> Tensor:
+    """(P, *shape) per-member copies param + s·σ·ε of a small tensor (bias, norm weight)."""
+    k = noise.shape[0]
+    coef = (signs.to(param.dtype) * sigma).view(k, 2, *([1] * param.dim()))
+    return (param + noise.to(param.dtype).unsqueeze(1) * coef).view(2 * k, *param.shape)

@@ -1,0 +1,27 @@
+"""Sums of fitness-weighted noise, the heart of the ES update, as single GEMMs.
+
+K pairs, r rank. ``weights`` (K,) are per-pair fitness contrasts Σ_member f_i s_i.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def pair_weights(shaped: Tensor, signs: Tensor) -> Tensor:
+    """(P,) shaped fitness and (K, 2) signs -> (K,) Σ f_i s_i within each pair."""
+    return (shaped.view(-1, 2) * signs.to(shaped.dtype)).sum(dim=1)
+
+
+def lowrank_sum(a: Tensor, b: Tensor, weights: Tensor) -> Tensor:
+    """Σ_k w_k A_k B_kᵀ = (A ⊙ w) Bᵀ as one (rows, K·r) x (K·r, cols) GEMM."""
+    k, rows, r = a.shape
+    left = (a * weights.to(a.dtype).view(k, 1, 1)).permute(1, 0, 2).reshape(rows, k * r)
+    right = b.permute(1, 0, 2).reshape(b.shape[1], k * r)
+    return left @ right.T
+
+
+def full_sum(noise: Tensor, weights: Tensor) -> Tensor:
+    """Σ_k w_k ε_k for noise (K, *shape)."""
+    k = noise.shape[0]
+    return (weights.to(noise.dtype) @ noise.reshape(k, -1)).view(noise.shape[1:])

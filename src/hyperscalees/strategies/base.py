@@ -1,0 +1,144 @@
+"""Ask/tell over named parameters: the state every strategy shares.
+
+A strategy holds references to parameters (torch.optim's shape), never copies per
+member. ``ask`` returns a :class:`Population` (a few scalars); ``tell`` shapes the
+fitness, turns it into an ES estimate per parameter, writes ``-ĝ`` into ``.grad`` of
+fp32 master weights and steps a stock optimizer. Concrete strategies only choose which
+parameters get low-rank noise.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..noise.population import Population
+from .config import ESConfig
+from .noise_terms import Noise, gradient, member_noise
+from .optim import build_optimizer
+from .param_spec import ESMode, ParamSpec
+from .shaping import check_fitness, get_shaping, sanitize
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+Schedule = Callable[[int], float]
+
+
+class AbstractStrategy:
+    """Shared ask/tell machinery; subclasses set :meth:`is_lowrank`."""
+
+    name = "abstract"
+
+    def __init__(self, params: dict[str, Tensor], specs: dict[str, ParamSpec], config: ESConfig,
+                 lr_schedule: Schedule | None = None, sigma_schedule: Schedule | None = None,
+                 shaping=None):
+        self.config = config
+        self.params = dict(params)
+        self.specs = dict(specs)
+        self.step = 0
+        self.shaping = get_shaping(shaping if shaping is not None else config.shaping)
+        self.sigma_schedule = sigma_schedule
+        self.trainable = [n for n, s in self.specs.items() if s.mode != ESMode.EXCLUDED]
+        # fp32 masters keep tiny ES steps from vanishing in bf16/fp16 rounding
+        self.masters = {n: (p.detach().float().clone() if p.dtype in LOW_PRECISION else p) for n, p in
+                        ((n, self.params[n]) for n in self.trainable)}
+        self.optimizer = build_optimizer([self.masters[n] for n in self.trainable], config)
+        decay = config.lr_decay
+        self._lr_factor = (lambda s: decay ** s * (lr_schedule(s) if lr_schedule else 1.0))
+        self._base_lrs = [g["lr"] for g in self.optimizer.param_groups]
+        self._apply_lr()
+        self._cache: dict[tuple, Noise] = {}
+
+    # -- which parameters get which noise ------------------------------------------------
+    def is_lowrank(self, spec: ParamSpec) -> bool:
+        raise NotImplementedError
+
+    # -- ask -----------------------------------------------------------------------------
+    def sigma_at(self, step: int) -> float:
+        s = self.config.sigma * self.config.sigma_decay ** step
+        return s * self.sigma_schedule(step) if self.sigma_schedule else s
+
+    def ask(self) -> Population:
+        c = self.config
+        return Population(step=self.step, seed=c.seed, size=c.population, sigma=self.sigma_at(self.step),
+                          rank=c.rank, noise_reuse=c.noise_reuse, distribution=c.distribution,
+                          baseline_every=c.baseline_every)
+
+    def noise(self, name: str, pop: Population, lo: int, hi: int) -> Noise:
+        """Perturbation of ``name`` for members [lo, hi); kept until tell when it covers all."""
+        key = (name, pop, lo, hi)
+        if key in self._cache:
+            return self._cache[key]
+        spec = self.specs[name]
+        n = member_noise(spec, pop, lo, hi, self.is_lowrank(spec), self.params[name].device)
+        if lo == 0 and hi == pop.size:
+            self._cache[key] = n
+        return n
+
+    # -- tell ----------------------------------------------------------------------------
+    def shape_fitness(self, fitness, pop: Population) -> tuple[Tensor, int]:
+        f = check_fitness(fitness, pop.size)
+        f, n_bad = sanitize(f)
+        if pop.baseline_every:
+            g = f.view(-1, pop.baseline_every)
+            f = (g - g[:, :2].mean(dim=1, keepdim=True)).reshape(-1)
+        return self.shaping(f), n_bad
+
+    def gradient_estimate(self, fitness, pop: Population | None = None) -> dict[str, Tensor]:
+        """Raw ES estimate ĝ = (1/(Nσ)) Σ f_i ε_i of ∇ E[fitness], per parameter name."""
+        pop = pop or self.ask()
+        shaped, _ = self.shape_fitness(fitness, pop)
+        return self._estimate(shaped, pop)
+
+    def _estimate(self, shaped: Tensor, pop: Population) -> dict[str, Tensor]:
+        sign_update = self.config.update == "sign"
+        out = {}
+        for n in self.trainable:
+            spec = self.specs[n]
+            out[n] = gradient(spec, pop, shaped, self.is_lowrank(spec), self.params[n].device,
+                              self.config.update_chunk, sign_update, self._cache.get((n, pop, 0, pop.size)))
+        return out
+
+    def tell(self, fitness, pop: Population | None = None) -> dict[str, float]:
+        pop = pop or self.ask()
+        if pop.step != self.step:
+            raise ValueError(f"tell got the population of step {pop.step}, but the strategy is at step {self.step}")
+        raw = check_fitness(fitness, pop.size)
+        shaped, n_bad = self.shape_fitness(raw, pop)
+        grads = self._estimate(shaped, pop)
+        for n, g in grads.items():
+            self.masters[n].grad = (-g).to(self.masters[n].dtype)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        with torch.no_grad():
+            for n in self.trainable:
+                if self.masters[n] is not self.params[n]:
+                    self.params[n].copy_(self.masters[n])
+        self.step += 1
+        self._apply_lr()
+        self._cache.clear()
+        finite = raw[torch.isfinite(raw)]
+        return {"step": self.step, "fitness_mean": float(finite.mean()) if finite.numel() else math.nan,
+                "fitness_max": float(finite.max()) if finite.numel() else math.nan,
+                "grad_norm": math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values())),
+                "sigma": pop.sigma, "lr": self.optimizer.param_groups[0]["lr"], "nonfinite": n_bad}
+
+    def _apply_lr(self):
+        f = self._lr_factor(self.step)
+        for g, base in zip(self.optimizer.param_groups, self._base_lrs):
+            g["lr"] = base * f
+
+    # -- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"step": self.step, "optimizer": self.optimizer.state_dict(),
+                "masters": {n: m.detach().clone() for n, m in self.masters.items() if m is not self.params[n]}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.step = int(sd["step"])
+        self.optimizer.load_state_dict(sd["optimizer"])
+        with torch.no_grad():
+            for n, m in sd.get("masters", {}).items():
+                self.masters[n].copy_(m)
+        self._apply_lr()
+        self._cache.clear()

@@ -1,0 +1,48 @@
+"""The one config every strategy takes: the paper's hyper-parameters, validated up front."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..noise.distributions import check_distribution
+from ..noise.population import validate_population_args
+
+OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
+UPDATES = ("mean", "sign")
+
+
+@dataclass(frozen=True)
+class ESConfig:
+    population: int = 256
+    sigma: float = 0.01
+    rank: int = 1
+    lr: float = 0.01
+    optimizer: str = "adam"
+    seed: int = 0
+    shaping: str = "centered_rank"
+    weight_decay: float = 0.0
+    momentum: float = 0.0          # sgd only
+    lr_decay: float = 1.0          # multiplicative per step (paper App. N.4)
+    sigma_decay: float = 1.0       # multiplicative per step
+    noise_reuse: int = 1           # steps sharing one draw; 0 = forever (HyperscaleES default)
+    distribution: str = "gaussian"
+    update: str = "mean"           # "sign": AltEggRoll's sign(A) sign(B)ᵀ update
+    baseline_every: int = 0        # >0: members i % k in {0,1} are unperturbed baselines
+    update_chunk: int = 4096       # pairs regenerated at once in tell(); bounds its memory
+
+    def __post_init__(self):
+        validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
+        check_distribution(self.distribution)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
+        if self.update not in UPDATES:
+            raise ValueError(f"unknown update {self.update!r}; choose one of {UPDATES}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        for name in ("lr_decay", "sigma_decay"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {v!r}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if self.update_chunk < 1:
+            raise ValueError(f"update_chunk must be >= 1, got {self.update_chunk!r}")
