@@ -34,12 +34,17 @@ class AbstractModuleES:
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.model = model
         shaping_name = shaping if isinstance(shaping, str) else "raw"
+        factory = None
+        if not isinstance(optimizer, str):  # a torch.optim class or any params -> optimizer callable
+            factory = optimizer if not isinstance(optimizer, type) else (lambda ps, cls=optimizer: cls(ps, lr=lr))
+            optimizer = "sgd"
         self.config = ESConfig(population=population, sigma=sigma, rank=rank, lr=lr, optimizer=optimizer,
                                seed=seed, shaping=shaping_name, **config)
         self.specs = derive_specs(model, es_map)
         params = {name: p for _, _, name, p in owned_parameters(model)}
         self.strategy = self.strategy_cls(params, self.specs, self.config, lr_schedule=lr_schedule,
-                                          sigma_schedule=sigma_schedule, shaping=shaping)
+                                          sigma_schedule=sigma_schedule, shaping=shaping,
+                                          optimizer_factory=factory)
 
     @property
     def step(self) -> int:

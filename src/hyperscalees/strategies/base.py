@@ -17,7 +17,7 @@ from torch import Tensor
 from ..noise.population import Population
 from .config import ESConfig
 from .noise_terms import Noise, gradient, member_noise
-from .optim import build_optimizer
+from .optim import OptimizerGroup, build_optimizer
 from .param_spec import ESMode, ParamSpec
 from .shaping import check_fitness, get_shaping, sanitize
 
@@ -32,7 +32,7 @@ class AbstractStrategy:
 
     def __init__(self, params: dict[str, Tensor], specs: dict[str, ParamSpec], config: ESConfig,
                  lr_schedule: Schedule | None = None, sigma_schedule: Schedule | None = None,
-                 shaping=None):
+                 shaping=None, optimizer_factory: Callable | None = None):
         self.config = config
         self.params = dict(params)
         self.specs = dict(specs)
@@ -43,7 +43,10 @@ class AbstractStrategy:
         # fp32 masters keep tiny ES steps from vanishing in bf16/fp16 rounding
         self.masters = {n: (p.detach().float().clone() if p.dtype in LOW_PRECISION else p) for n, p in
                         ((n, self.params[n]) for n in self.trainable)}
-        self.optimizer = build_optimizer([self.masters[n] for n in self.trainable], config)
+        masters = [self.masters[n] for n in self.trainable]
+        # any torch.optim class (or callable params -> optimizer) can replace the named ones
+        self.optimizer = (OptimizerGroup([optimizer_factory(masters)]) if optimizer_factory
+                          else build_optimizer(masters, config))
         decay = config.lr_decay
         self._lr_factor = (lambda s: decay ** s * (lr_schedule(s) if lr_schedule else 1.0))
         self._base_lrs = [g["lr"] for g in self.optimizer.param_groups]
