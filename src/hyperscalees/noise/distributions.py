@@ -21,9 +21,13 @@ def check_distribution(name: str) -> str:
 
 
 def to_unit_uniform(bits: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Top 24 bits -> uniform in (0, 1), exact in float32 and never 0 or 1."""
-    top = (bits >> 8) & 0xFFFFFF
-    return top.to(dtype).add_(0.5).mul_(2.0**-24)
+    """Top 23 bits -> uniform in (0, 1), exact in float32 and never 0 or 1.
+
+    (top + 0.5) needs one bit more than top: with 24 bits the largest word rounded
+    to exactly 1.0 in float32 and the Gaussian became +inf.
+    """
+    top = (bits >> 9) & 0x7FFFFF
+    return top.to(dtype).add_(0.5).mul_(2.0**-23)
 
 
 def bits_to_noise(bits: Tensor, distribution: str, dtype: torch.dtype = torch.float32) -> Tensor:
