@@ -8,6 +8,7 @@ parameters get low-rank noise.
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Callable
 
@@ -134,7 +135,8 @@ class AbstractStrategy:
 
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"step": self.step, "optimizer": self.optimizer.state_dict(),
+        # torch optimizers hand out live references to their moments: copy so the snapshot stays put
+        return {"step": self.step, "optimizer": copy.deepcopy(self.optimizer.state_dict()),
                 "masters": {n: m.detach().clone() for n, m in self.masters.items() if m is not self.params[n]}}
 
     def load_state_dict(self, sd: dict) -> None:
