@@ -24,12 +24,17 @@ def z_score(f: Tensor, eps: float = 1e-5) -> Tensor:
 
 
 def centered_rank(f: Tensor) -> Tensor:
-    """Ranks mapped to [-0.5, 0.5] (OpenAI ES, the XOR gist); ties broken by index."""
+    """Ranks mapped to [-0.5, 0.5] (OpenAI ES, the XOR gist); tied scores share their mean rank.
+
+    Breaking ties by index would give the two members of an equal-scoring pair different
+    weights, i.e. a spurious update along their noise; with mean ranks it is exactly zero.
+    """
     n = f.numel()
     if n < 2:
         return torch.zeros_like(f)
-    ranks = torch.empty_like(f)
-    ranks[torch.argsort(f, stable=True)] = torch.arange(n, dtype=f.dtype, device=f.device)
+    _, inverse, counts = torch.unique(f, sorted=True, return_inverse=True, return_counts=True)
+    first = torch.cumsum(counts, 0) - counts  # rank of each distinct value's first occurrence
+    ranks = (first.to(f.dtype) + (counts.to(f.dtype) - 1) / 2)[inverse]
     return ranks / (n - 1) - 0.5
 
 
