@@ -1,0 +1,102 @@
+"""A training run as data: which task, which strategy, ES hyper-parameters and engine knobs.
+
+``TrainConfig`` is made of parts (task options, ``ESConfig``, ``EngineConfig``), each flat
+and frozen, so the CLI can generate one flag per field and every checkpoint can store
+``asdict(cfg)`` and rebuild the exact same run from it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+
+from ..strategies.config import ESConfig
+from ..tasks import get_task
+from ..tasks.base import make_options
+
+STRATEGIES = ("eggroll", "open_es")
+ES_TASK_DEFAULTS = ("population", "sigma", "rank", "lr", "optimizer")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    steps: int = 100                    # total ES steps; a resumed run continues up to this count
+    time_budget: float | None = None    # seconds; stop before the next step would exceed it
+    eval_every: int = 10                # held-out metrics every k steps (and always at the end)
+    checkpoint_every: int = 0           # 0: only at the end of the run
+    out: str | None = None              # run directory: checkpoint, metrics.jsonl/.csv, curve.png
+    resume: str | None = None           # a previous run directory to continue from
+    device: str | None = None           # None: cuda if available, else cpu
+    json: bool = False                  # one JSON summary line, no progress bar
+    chunk: int | None = None            # members evaluated per forward (even); None: all at once
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps!r}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ValueError(f"time_budget must be > 0 seconds, got {self.time_budget!r}")
+        if self.eval_every < 1:
+            raise ValueError(f"eval_every must be >= 1, got {self.eval_every!r}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every!r}")
+        if self.chunk is not None and (self.chunk < 2 or self.chunk % 2):
+            raise ValueError(f"chunk must be an even number >= 2 (whole antithetic pairs), got {self.chunk!r}")
+        if self.checkpoint_every and self.out is None:
+            raise ValueError("checkpoint_every needs an output directory (--out)")
+
+    @property
+    def resolved_device(self) -> torch.device:
+        if self.device is not None:
+            return torch.device(self.device)
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str
+    strategy: str = "eggroll"
+    es: ESConfig = field(default_factory=ESConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    options: dict[str, Any] = field(default_factory=dict)  # task-specific, checked by the task's Options
+
+    def __post_init__(self):
+        task_cls = get_task(self.task)
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {STRATEGIES}")
+        make_options(task_cls.Options, self.options)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        return cls(task=d["task"], strategy=d["strategy"], es=ESConfig(**d["es"]),
+                   engine=EngineConfig(**d["engine"]), options=dict(d.get("options", {})))
+
+
+def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, engine: dict | None = None,
+                options: dict | None = None) -> TrainConfig:
+    """A ``TrainConfig`` with the task's defaults under any explicit (non-None) overrides.
+
+    The task supplies population, sigma, rank, lr, optimizer and steps that are known to
+    work for it; everything else falls back to the dataclass defaults.
+    """
+    task_cls = get_task(task)
+    es = {k: v for k, v in (es or {}).items() if v is not None}
+    engine = {k: v for k, v in (engine or {}).items() if v is not None or k in _NULLABLE_ENGINE}
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    es_fields = {f.name for f in fields(ESConfig)}
+    for k in ES_TASK_DEFAULTS:
+        if k in task_cls.defaults:
+            es.setdefault(k, task_cls.defaults[k])
+    bad = sorted(set(es) - es_fields)
+    if bad:
+        raise ValueError(f"unknown ES setting(s) {bad}; choose from {sorted(es_fields)}")
+    if engine.get("steps") is None:
+        engine["steps"] = task_cls.defaults.get("steps", EngineConfig.steps)
+    return TrainConfig(task=task, strategy=strategy, es=ESConfig(**es), engine=EngineConfig(**engine),
+                       options=options)
+
+
+_NULLABLE_ENGINE = ("time_budget", "out", "resume", "device", "chunk")

@@ -1,0 +1,94 @@
+"""Per-step metrics as JSONL and CSV in the run directory, and a PNG training curve.
+
+One row per ES step. The CSV has fixed columns (strategy statistics, then the task's
+metric names), left empty on steps without a held-out evaluation; JSONL rows only hold
+what was measured. Both files are appended and flushed every step, so a crashed run keeps
+its history. On resume, rows past the checkpoint's step (written after it, then lost in
+the crash) are dropped so the files match an uninterrupted run.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+JSONL_FILE = "metrics.jsonl"
+CSV_FILE = "metrics.csv"
+PLOT_FILE = "curve.png"
+STEP_COLUMNS = ("step", "fitness_mean", "fitness_max", "grad_norm", "sigma", "lr", "nonfinite", "time")
+
+
+def _clean(v):
+    """JSON has no NaN/inf: write them as null."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricsLogger:
+    """Appends one row per step to ``metrics.jsonl`` and ``metrics.csv`` in ``directory``."""
+
+    def __init__(self, directory: str | Path, metric_names: tuple[str, ...], start_step: int = 0):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.columns = list(STEP_COLUMNS) + [m for m in metric_names if m not in STEP_COLUMNS]
+        self.jsonl_path = self.directory / JSONL_FILE
+        self.csv_path = self.directory / CSV_FILE
+        kept = [r for r in read_rows(self.jsonl_path) if r.get("step", 0) <= start_step] if start_step else []
+        with open(self.jsonl_path, "w") as f:
+            for r in kept:
+                f.write(json.dumps(r) + "\n")
+        with open(self.csv_path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
+            w.writeheader()
+            for r in kept:
+                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in self.columns})
+
+    def log(self, row: dict) -> None:
+        row = {k: _clean(v) for k, v in row.items()}
+        with open(self.jsonl_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        with open(self.csv_path, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
+            w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in self.columns})
+
+
+def plot_curve(directory: str | Path, metric: str) -> tuple[Path | None, str | None]:
+    """Draw mean fitness and the task ``metric`` against step into ``curve.png``.
+
+    Returns (path, None), or (None, reason) when matplotlib is missing or nothing was logged:
+    a missing plot must never fail a finished training run.
+    """
+    directory = Path(directory)
+    rows = read_rows(directory / JSONL_FILE)
+    if not rows:
+        return None, "no metrics rows to plot"
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None, "matplotlib is not installed; skipped curve.png (pip install 'hyperscalees[plot]')"
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fit = [(r["step"], r["fitness_mean"]) for r in rows if r.get("fitness_mean") is not None]
+    ax1.plot([s for s, _ in fit], [v for _, v in fit])
+    ax1.set(xlabel="step", ylabel="mean fitness", title="population fitness")
+    pts = [(r["step"], r[metric]) for r in rows if r.get(metric) is not None]
+    ax2.plot([s for s, _ in pts], [v for _, v in pts], marker=".")
+    ax2.set(xlabel="step", ylabel=metric, title=f"held-out {metric}")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = directory / PLOT_FILE
+    from .checkpoint import atomic_write
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    plt.close(fig)
+    return path, None

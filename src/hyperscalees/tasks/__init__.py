@@ -1,0 +1,19 @@
+"""Fitness functions with their models and metrics; ``TASKS`` maps a name to its class."""
+from .base import AbstractTask, NoOptions, member_major, mlp
+from .digits import DigitsTask
+from .poly import PolyTask
+from .predict2 import Predict2Task
+from .xor import XorTask
+
+TASKS: dict[str, type[AbstractTask]] = {t.name: t for t in (XorTask, Predict2Task, PolyTask, DigitsTask)}
+
+
+def get_task(name: str) -> type[AbstractTask]:
+    """The task class called ``name``; a ValueError names the bad value and the choices."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
+    return TASKS[name]
+
+
+__all__ = ["AbstractTask", "DigitsTask", "NoOptions", "PolyTask", "Predict2Task", "TASKS", "XorTask",
+           "get_task", "member_major", "mlp"]

@@ -1,0 +1,112 @@
+"""What a task is: a model to build, a fitness for a slice of the population, held-out metrics.
+
+Dimensions: P members in the slice [lo, hi), B examples per member, D input features.
+A fitness call receives a model inside ``es.perturbed((lo, hi))`` and must feed it
+member-major inputs (rows [i*B, (i+1)*B) belong to member lo + i). Every member of one
+step sees the *same* examples -- antithetic twins must differ only by their noise sign,
+or the pair difference measures the data instead of the direction. Per-step data is
+derived from ``(seed, step)`` alone, so a resumed run draws exactly what an
+uninterrupted one would.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ..noise.keys import fold_in
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Tasks without options of their own use this empty options dataclass."""
+
+
+class AbstractTask:
+    """A fitness function plus its model and metrics; concrete tasks are final.
+
+    Class attributes every task sets:
+      ``name``: registry key; ``metric``: the key of :meth:`evaluate` that the progress bar
+      shows; ``goal``: "min" or "max" for that metric; ``target``: the value counted as solved;
+      ``defaults``: population, sigma, rank, lr, optimizer and steps that work for this task;
+      ``Options``: a frozen dataclass of task-specific knobs (become CLI flags).
+    """
+
+    name: ClassVar[str] = "abstract"
+    metric: ClassVar[str] = "loss"
+    goal: ClassVar[str] = "min"
+    target: ClassVar[float | None] = None
+    defaults: ClassVar[dict] = {}
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, seed: int = 0, device: str | torch.device | None = None, options=None):
+        self.seed = int(seed)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        if options is None:
+            options = self.Options()
+        elif isinstance(options, dict):
+            options = make_options(self.Options, options)
+        self.options = options
+
+    # -- what concrete tasks implement --------------------------------------------------
+    def make_model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def fitness(self, model: nn.Module, lo: int, hi: int, step: int = 0) -> Tensor:
+        """Scores (hi - lo,) of members [lo, hi) at ``step``; higher is better."""
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Metrics of the unperturbed model; must contain ``self.metric``."""
+        raise NotImplementedError
+
+    # -- shared helpers ----------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        """The task's model, initialised from ``seed`` only (global RNG left untouched)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            model = self.make_model()
+        return model.to(self.device)
+
+    def solved(self, metrics: dict[str, float]) -> bool:
+        if self.target is None or self.metric not in metrics:
+            return False
+        v = metrics[self.metric]
+        return v <= self.target if self.goal == "min" else v >= self.target
+
+    def generator(self, *stream: int) -> torch.Generator:
+        """A CPU generator keyed on (seed, *stream): same stream, same numbers, any device."""
+        return torch.Generator().manual_seed(fold_in(self.seed, *stream) & 0x7FFF_FFFF_FFFF)
+
+    def metric_names(self) -> tuple[str, ...]:
+        """Keys :meth:`evaluate` returns, for fixed CSV columns."""
+        return (self.metric,)
+
+
+def make_options(cls: type, values: dict):
+    """Build a task's Options from a dict, naming unknown keys and the valid ones."""
+    known = {f.name for f in fields(cls)}
+    bad = sorted(set(values) - known)
+    if bad:
+        raise ValueError(f"unknown option(s) {bad} for this task; choose from {sorted(known)}")
+    return cls(**values)
+
+
+def mlp(sizes: list[int], activation: str = "tanh") -> nn.Sequential:
+    """Linear layers of ``sizes`` with ``activation`` between them (not after the last)."""
+    acts = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+    if activation not in acts:
+        raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(acts)}")
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(acts[activation]())
+    return nn.Sequential(*layers)
+
+
+def member_major(x: Tensor, members: int) -> Tensor:
+    """(B, ...) -> (members*B, ...): the same examples for every member, member-major."""
+    return x.repeat(members, *([1] * (x.dim() - 1)))
