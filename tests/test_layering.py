@@ -10,7 +10,7 @@ import hyperscalees
 
 ROOT = Path(hyperscalees.__file__).parent
 LAYERS = ["noise", "ops", "strategies", "nn", "functional", "tasks", "engine", "distributed", "benchmarks", "cli"]
-TOP = len(LAYERS)  # the package root (hyperscalees/__init__.py) curates everything and sits above all
+TOP = len(LAYERS)  # top-level modules (hyperscalees/__init__.py, __main__.py) may import anything
 HEAVY = {"ray": {"distributed/ray.py"}, "transformers": {"nn/hf.py"}, "vllm": {"distributed/ray.py", "nn/hf.py"},
          "argparse": {f"cli/{p.name}" for p in (ROOT / "cli").glob("*.py")}}
 FILES = sorted(ROOT.rglob("*.py"))
@@ -19,12 +19,22 @@ FILES = sorted(ROOT.rglob("*.py"))
 def layer_of(parts: list[str]) -> int:
     """Layer of a module path inside hyperscalees, e.g. ['ops', 'update'] -> 1."""
     if not parts:
-        return TOP
+        return root_layer()
     if parts[0] not in LAYERS:
         if (ROOT / f"{parts[0]}.py").exists():
             return TOP                       # a top-level module such as __main__.py
+        if not (ROOT / parts[0]).is_dir():   # a name defined in __init__.py, e.g. __version__
+            return root_layer()
         raise AssertionError(f"unknown subpackage {parts[0]!r}: give it a place in LAYERS")
     return LAYERS.index(parts[0])
+
+
+def root_layer() -> int:
+    """Importing the package root (`from .. import __version__`) imports what its __init__ imports."""
+    init = ROOT / "__init__.py"
+    if not init.exists():
+        return -1
+    return max([layer_of(p) for _, p, _ in imports(init) if p] or [-1])
 
 
 def imports(path: Path):
@@ -74,9 +84,19 @@ def test_checker_catches_a_violation(tmp_path, monkeypatch):
     fake = tmp_path / "ops"
     fake.mkdir()
     (fake / "bad.py").write_text("from ..strategies import ESConfig\nimport argparse\n")
+    (tmp_path / "__init__.py").write_text("from .nn import EGGROLL\n__version__ = '0'\n")
+    (tmp_path / "strategies").mkdir()
+    (tmp_path / "strategies" / "bad.py").write_text("from .. import __version__\n")
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "ok.py").write_text("from .. import __version__\nfrom ..nn import x\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     with pytest.raises(AssertionError, match="strategies.*layer 2 > 1"):
         test_imports_respect_layers(fake / "bad.py")
+    with pytest.raises(AssertionError, match="argparse may only"):
+        test_imports_respect_layers(fake / "bad.py")
+    with pytest.raises(AssertionError, match="hyperscalees.__version__ .layer 3 > 2"):
+        test_imports_respect_layers(tmp_path / "strategies" / "bad.py")   # the root imports nn: a cycle
+    test_imports_respect_layers(tmp_path / "engine" / "ok.py")
 
 
 def test_import_needs_only_torch():
