@@ -13,6 +13,7 @@ a model and an optimizer of different steps.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import uuid
@@ -74,11 +75,18 @@ def save_checkpoint(directory: str | os.PathLike, es, config: dict, extra: dict 
     tensors = {k: v.detach().contiguous().clone() for k, v in sd["model"].items()}
     atomic_write(directory / MODEL_FILE, lambda tmp: save_file(tensors, tmp, metadata={"step": str(step)}))
     atomic_write(directory / STRATEGY_FILE, lambda tmp: torch.save({"step": step, "strategy": sd["strategy"]}, tmp))
-    from .. import __version__
-    meta = {"step": step, "config": config, "version": __version__, "torch": torch.__version__,
+    meta = {"step": step, "config": config, "version": package_version(), "torch": torch.__version__,
             "files": {"model": MODEL_FILE, "strategy": STRATEGY_FILE}, **(extra or {})}
     atomic_write(directory / META_FILE, _write_text(json.dumps(meta, indent=2, default=str) + "\n"))
     return directory
+
+
+def package_version() -> str:
+    """This library's installed version (read from metadata: the package root sits above engine)."""
+    try:
+        return importlib.metadata.version("hyperscalees")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def has_checkpoint(directory: str | os.PathLike) -> bool:

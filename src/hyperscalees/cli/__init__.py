@@ -1,0 +1,1 @@
+"""Command line: ``hyperscalees train|eval|env|bench``; argv -> config -> engine, nothing more."""

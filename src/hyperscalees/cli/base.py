@@ -1,0 +1,66 @@
+"""Flags generated from frozen dataclass fields, so a config field is declared exactly once.
+
+Field ``weight_decay`` of a part ``es`` becomes ``--weight-decay`` with ``dest="es.weight_decay"``;
+the type comes from the annotation (``int | None`` parses an int, a ``bool`` is a switch)
+and :func:`collect` turns the parsed namespace back into ``{"weight_decay": ...}``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+import typing
+from dataclasses import MISSING, fields
+
+
+def _parse_type(annotation):
+    """(parser callable, is_bool) for a resolved field annotation."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[0]
+    if annotation is bool:
+        return None, True
+    if annotation in (int, float, str):
+        return annotation, False
+    raise TypeError(f"no command-line parser for field type {annotation!r}")
+
+
+def flag_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, choices: dict | None = None,
+                        helps: dict | None = None, skip: tuple[str, ...] = ()) -> list[str]:
+    """Add one flag per field of dataclass ``cls`` to ``parser``; return the flag names."""
+    hints = typing.get_type_hints(cls)
+    defaults, choices, helps = defaults or {}, choices or {}, helps or {}
+    added = []
+    for f in fields(cls):
+        if f.name in skip:
+            continue
+        default = defaults.get(f.name, f.default if f.default is not MISSING else None)
+        parse, is_bool = _parse_type(hints[f.name])
+        text = helps.get(f.name, "")
+        flag, dest = flag_name(f.name), f"{part}.{f.name}"
+        if is_bool:
+            parser.add_argument(flag, dest=dest, action="store_true", default=bool(default), help=text)
+        else:
+            opts = choices.get(f.name)
+            if "default" not in text:
+                text = f"{text} (default: {default})".strip()
+            parser.add_argument(flag, dest=dest, type=parse, default=default, choices=opts,
+                                metavar=None if opts else f.name.upper(), help=text)
+        added.append(flag)
+    return added
+
+
+def collect(args: argparse.Namespace, part: str) -> dict:
+    """The ``part`` fields parsed by :func:`add_dataclass_flags`, keyed by field name."""
+    prefix = part + "."
+    return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix)}
+
+
+def fail(prog: str, message: str) -> int:
+    """Report a user error the argparse way (no traceback) and return exit code 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,49 @@
+"""``hyperscalees`` entry point: one subcommand per module, each with ``register(subparsers)``.
+
+A subcommand module adds its parser in ``register`` and sets ``func=run`` where
+``run(args) -> int`` is the exit code. Commands are looked up here and nowhere else.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..engine.checkpoint import package_version
+
+COMMANDS = ("train", "eval", "env", "bench")
+
+
+def _command_modules():
+    mods = []
+    for name in COMMANDS:
+        full = f"{__package__}.{name}"
+        try:
+            mods.append(importlib.import_module(full))
+        except ModuleNotFoundError as e:  # an optional command not written yet; real import bugs still raise
+            if e.name != full:
+                raise
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hyperscalees",
+                                     description="Evolution strategies at the hyperscale (EGGROLL) in PyTorch.")
+    parser.add_argument("--version", action="version", version=f"hyperscalees {package_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for mod in _command_modules():
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""``hyperscalees train TASK [flags]``: build a ``TrainConfig`` from flags and run the engine.
+
+Each task is a sub-command, so ``train digits --help`` shows that task's defaults and its
+own options. ES flags come from ``ESConfig``, engine flags from ``EngineConfig``, task flags
+from the task's ``Options`` dataclass.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..engine import STRATEGIES, EngineConfig, TrainConfig, make_config, run as run_engine
+from ..noise.distributions import DISTRIBUTIONS
+from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
+from ..strategies.shaping import SHAPINGS
+from ..tasks import TASKS
+from .base import add_dataclass_flags, collect, fail
+
+ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
+              "update": UPDATES}
+HELP = {
+    "population": "members per step (even: antithetic pairs)", "sigma": "noise scale σ",
+    "rank": "rank r of the low-rank perturbations", "lr": "learning rate", "seed": "noise, data and init seed",
+    "steps": "total ES steps (a resumed run continues up to this count)",
+    "time_budget": "stop before the next step would exceed SECONDS of wall time",
+    "eval_every": "held-out metrics every K steps", "checkpoint_every": "checkpoint every K steps (0: at the end)",
+    "out": "run directory for checkpoint, metrics and curve.png", "resume": "continue the run saved in DIR",
+    "device": "torch device (default: cuda if available, else cpu)", "json": "print one JSON summary line",
+    "chunk": "members per forward pass (even); bounds memory",
+}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train a task with ES", description=__doc__.splitlines()[0])
+    tasks = p.add_subparsers(dest="task", required=True, metavar="TASK",
+                             help="one of: " + ", ".join(TASKS))
+    for name, cls in TASKS.items():
+        tp = tasks.add_parser(name, help=(cls.__doc__ or "").strip().splitlines()[0],
+                              description=(cls.__doc__ or "").strip())
+        add_task_flags(tp, cls)
+        tp.set_defaults(func=run)
+    p.set_defaults(func=run)
+
+
+def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
+    """All flags of ``train TASK``: strategy, ES, engine and task options (names never collide)."""
+    parser.add_argument("--strategy", dest="run.strategy", choices=STRATEGIES, default="eggroll",
+                        help="eggroll (low-rank) or open_es (full-rank) (default: eggroll)")
+    es = parser.add_argument_group("evolution strategy")
+    flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
+    eng = parser.add_argument_group("engine")
+    flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps")},
+                                 helps=HELP)
+    opt = parser.add_argument_group(f"{task_cls.name} options")
+    for f in add_dataclass_flags(opt, task_cls.Options, "options"):
+        assert f not in flags, f"task option {f} of {task_cls.name} collides with a core flag"
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The ``TrainConfig`` the parsed flags describe (raises ValueError on invalid values)."""
+    return make_config(args.task, strategy=getattr(args, "run.strategy"), es=collect(args, "es"),
+                       engine=collect(args, "engine"), options=collect(args, "options"))
+
+
+def run(args: argparse.Namespace) -> int:
+    prog = f"hyperscalees train {args.task}"
+    try:
+        cfg = config_from_args(args)
+    except ValueError as e:
+        return fail(prog, str(e))
+    try:
+        summary = run_engine(cfg)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        return fail(prog, str(e))
+    for note in summary["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    if cfg.engine.json:
+        print(json.dumps(summary))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def format_summary(s: dict) -> str:
+    metrics = "  ".join(f"{k}={v:.4g}" for k, v in s["metrics"].items())
+    lines = [f"{s['task']} ({s['strategy']}): {s['steps']}/{s['target_steps']} steps in {s['wall_time']:.1f}s"
+             f" [stopped by {s['stopped']}]", f"  {metrics}  solved={s['solved']}"]
+    if s["paths"]:
+        lines.append(f"  outputs in {s['paths']['out']}")
+    return "\n".join(lines)
