@@ -26,20 +26,23 @@ def to_unit_uniform(bits: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     (top + 0.5) needs one bit more than top: with 24 bits the largest word rounded
     to exactly 1.0 in float32 and the Gaussian became +inf.
     """
-    top = (bits >> 9) & 0x7FFFFF
+    top = bits >> 9
+    top &= 0x7FFFFF
     return top.to(dtype).add_(0.5).mul_(2.0**-23)
 
 
 def bits_to_noise(bits: Tensor, distribution: str, dtype: torch.dtype = torch.float32) -> Tensor:
     """Map int32 words to noise values; float32 maths, cast to ``dtype`` at the end."""
     if distribution == "gaussian":
-        out = torch.special.ndtri(to_unit_uniform(bits))
+        out = to_unit_uniform(bits)
+        torch.special.ndtri(out, out=out)  # in place: no second large allocation
     elif distribution == "uniform":
         out = to_unit_uniform(bits).mul_(2 * math.sqrt(3.0)).sub_(math.sqrt(3.0))
     elif distribution == "rademacher":
         out = ((bits >> 31) & 1).to(torch.float32).mul_(-2).add_(1)
     elif distribution == "int":
-        out = torch.special.ndtri(to_unit_uniform(bits)).mul_(INT_SCALE).trunc_()
+        out = to_unit_uniform(bits)
+        torch.special.ndtri(out, out=out).mul_(INT_SCALE).trunc_()
         return out.to(torch.int8) if dtype == torch.int8 else out.to(dtype)
     else:
         check_distribution(distribution)

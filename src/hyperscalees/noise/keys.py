@@ -45,11 +45,21 @@ def mix(x: Tensor) -> Tensor:
     """
     if x.dtype != torch.int32:
         raise TypeError(f"mix expects an int32 tensor, got {x.dtype}")
-    x = x ^ ((x >> 16) & 0xFFFF)
-    x = x * _signed32(_M1)
-    x = x ^ ((x >> 15) & 0x1FFFF)
-    x = x * _signed32(_M2)
-    return x ^ ((x >> 16) & 0xFFFF)
+    # Same five steps as mix_int, written with two buffers and in-place ops: each
+    # out-of-place op on a large tensor costs a fresh allocation (page faults), which
+    # dominated the hash. ``x`` itself is never modified.
+    out = x >> 16
+    out &= 0xFFFF
+    out ^= x
+    out *= _signed32(_M1)
+    tmp = out >> 15
+    tmp &= 0x1FFFF
+    out ^= tmp
+    out *= _signed32(_M2)
+    torch.bitwise_right_shift(out, 16, out=tmp)
+    tmp &= 0xFFFF
+    out ^= tmp
+    return out
 
 
 def fold_in(key: int, *values: int) -> int:

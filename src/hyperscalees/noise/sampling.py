@@ -27,9 +27,37 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.f
     With ``per_pair`` the index is (K, ...) and picks different elements for each pair.
     """
     pk = pair_keys(param_epoch_key(pop, name), pairs.to(index.device))
+    k = pk.shape[0]
+    shape = (k, *index.shape[1:]) if per_pair else (k, *index.shape)
+    per = max(1, index[0].numel() if per_pair else index.numel())
+    if k * per <= BLOCK:
+        return _hash_block(pk, index, per_pair, pop.distribution, dtype).view(shape)
+    # Large draws go block by block into one output: the hash's temporaries then stay
+    # in cache and are reused, instead of a dozen fresh (K, n) tensors (page faults).
+    out = torch.empty(shape, dtype=_out_dtype(pop.distribution, dtype), device=index.device)
+    flat = out.view(k, per)
+    idx = index.reshape(k, per) if per_pair else index.reshape(per)
+    rows = max(1, BLOCK // per)
+    cols = min(per, BLOCK)
+    for r0 in range(0, k, rows):
+        r1 = min(k, r0 + rows)
+        for c0 in range(0, per, cols):
+            c1 = min(per, c0 + cols)
+            sub = idx[r0:r1, c0:c1] if per_pair else idx[c0:c1]
+            flat[r0:r1, c0:c1] = _hash_block(pk[r0:r1], sub, per_pair, pop.distribution, dtype)
+    return out
+
+
+BLOCK = 1 << 17  # elements hashed at once by draw(); a few such buffers fit in L2
+
+
+def _out_dtype(distribution: str, dtype: torch.dtype) -> torch.dtype:
+    return torch.int8 if distribution == "int" and dtype == torch.int8 else dtype
+
+
+def _hash_block(pk: Tensor, index: Tensor, per_pair: bool, distribution: str, dtype) -> Tensor:
     extra = index.dim() - 1 if per_pair else index.dim()
-    pk = pk.view(-1, *([1] * extra))
-    return bits_to_noise(element_bits(pk, index), pop.distribution, dtype)
+    return bits_to_noise(element_bits(pk.view(-1, *([1] * extra)), index), distribution, dtype)
 
 
 def full_noise(pop: Population, name: str, shape, pairs: Tensor, dtype=torch.float32) -> Tensor:
