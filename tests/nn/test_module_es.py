@@ -214,3 +214,22 @@ def test_facade_gradient_estimate_matches_strategy():
     assert set(g1) == {n for n, _ in model.named_parameters()}
     assert all(torch.equal(g1[n], g2[n]) for n in g1)
     assert es.step == 0 and es.population == P and es.config.shaping == "z_score"
+
+
+def test_custom_optimizer_class_factory_and_shaping_callable():
+    updates = {}
+    for label, opt in [("name", "sgd"), ("class", torch.optim.SGD),
+                       ("factory", lambda ps: torch.optim.SGD(ps, lr=0.05))]:
+        model = mlp()
+        es = hs.EGGROLL(model, population=P, sigma=0.1, lr=0.05, optimizer=opt, shaping=lambda f: f * 2.0)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        f = es.evaluate(fitness_fn)
+        est = es.gradient_estimate(f)
+        raw = hs.EGGROLL(mlp(), population=P, sigma=0.1, shaping="raw").gradient_estimate(f)
+        assert all(torch.allclose(est[n], 2 * raw[n], rtol=1e-6, atol=1e-7) for n in est)  # callable used
+        es.tell(f)
+        for name, p in model.named_parameters():               # SGD ascent with the callable shaping
+            torch.testing.assert_close(p.detach() - before[name], 0.05 * est[name], rtol=1e-5, atol=1e-7)
+        updates[label] = {k: v.clone() for k, v in model.state_dict().items()}
+    for label in ("class", "factory"):
+        assert all(torch.equal(updates[label][k], updates["name"][k]) for k in updates["name"])
