@@ -93,3 +93,18 @@ def test_estimator_expectation_matches_analytic_gradient(cls, rank, kind):
     for n in ("w", "b"):
         c = float(est[n].flatten() @ grad[n].flatten() / (est[n].norm() * grad[n].norm()))
         assert c >= 0.8, (n, c)
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "rademacher"])
+@pytest.mark.parametrize("rank", [1, 4])
+def test_unit_variance_distributions_are_unbiased_too(distribution, rank):
+    """E[vec(ε)vec(ε)ᵀ] = I holds for any zero-mean unit-variance factors, not only Gaussians."""
+    start, f, grad = objective("linear")
+    s = make(EggRollStrategy, start, {"w": ESMode.MM_PARAM, "b": ESMode.PARAM}, population=1 << 13,
+             sigma=0.05, rank=rank, shaping="raw", distribution=distribution)
+    est = s.gradient_estimate(f(member_params(s, s.ask())))
+    ghat = torch.cat([est[n].flatten() for n in ("w", "b")])
+    g = torch.cat([grad[n].flatten() for n in ("w", "b")])
+    cos, proj = float(ghat @ g / (ghat.norm() * g.norm())), float(ghat @ g / g.norm() ** 2)
+    print(f"{distribution} rank={rank}: cosine={cos:.4f} projection={proj:.4f}")
+    assert cos >= 0.9 and abs(proj - 1) < 0.1
