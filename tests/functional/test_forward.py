@@ -82,8 +82,10 @@ def test_get_noisy_standard_and_openes_mm_match_materialized(thread_ids):
     want_y = torch.cat([x[2 * i:2 * i + 2] @ (w + s * SIGMA * eps[i // 2]).T for i, s in enumerate(signs.view(-1))])
     torch.testing.assert_close(y, want_y, rtol=1e-5, atol=1e-5)
     # ... and do_Tmm perturbs the (in, out) array in its own orientation
-    y = OpenES.do_Tmm(frozen, nparams, w, 7, it, torch.randn(len(want), 4, generator=g))
-    assert y.shape == (len(want), 3)
+    xt = torch.randn(len(want), 4, generator=g)
+    y = OpenES.do_Tmm(frozen, nparams, w, 7, it, xt)
+    want_t = torch.cat([xt[i:i + 1] @ (w + s * SIGMA * eps[i // 2]) for i, s in enumerate(signs.view(-1))])
+    torch.testing.assert_close(y, want_t, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("noiser", [EggRoll, OpenES, AltEggRoll])

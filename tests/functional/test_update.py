@@ -68,6 +68,8 @@ def test_sgd_update_equals_brute_force(noiser, rank):
     for k, v in before.items():                               # inputs are not modified in place
         torch.testing.assert_close(params[k], v, rtol=0, atol=0)
     assert new_np["step"] == 1 and nparams["step"] == 0
+    _, again = noiser.do_update(frozen, nparams, params, keys, f, (EPOCH, torch.arange(N)), es_map)  # README name
+    torch.testing.assert_close(again["mm"], new["mm"], rtol=0, atol=0)
 
 
 def test_alteggroll_uses_sign_factors():

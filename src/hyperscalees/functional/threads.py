@@ -84,10 +84,11 @@ def parse_iterinfo(iterinfo, device=None) -> Threads | None:
 
 
 def leaf_population(frozen: dict, sigma: float, key, epoch: int, size: int, baseline_every: int = 0) -> Population:
-    """The core Population that names one leaf's draw; ``size`` only bounds the pair indices."""
-    size = max(2, size + size % 2)
-    if baseline_every:
-        size = -(-size // baseline_every) * baseline_every
+    """The core Population that names one leaf's draw.
+
+    In a forward ``size`` only bounds the pair indices (signs come from :class:`Threads`);
+    in an update it is N, and ``baseline_every`` makes the core zero the baseline members.
+    """
     return Population(step=epoch, seed=int(key), size=size, sigma=float(sigma), rank=frozen["rank"],
                       noise_reuse=frozen["noise_reuse"], distribution=frozen["distribution"],
                       baseline_every=baseline_every)
