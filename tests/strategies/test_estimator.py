@@ -108,3 +108,21 @@ def test_unit_variance_distributions_are_unbiased_too(distribution, rank):
     cos, proj = float(ghat @ g / (ghat.norm() * g.norm())), float(ghat @ g / g.norm() ** 2)
     print(f"{distribution} rank={rank}: cosine={cos:.4f} projection={proj:.4f}")
     assert cos >= 0.9 and abs(proj - 1) < 0.1
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_same_shaped_layers_get_independent_noise(name):
+    """One seed per run, not per layer: equal-shaped layers must not share (or mirror) their draws."""
+    params = {f"layer{i}.weight": torch.zeros(16, 16) for i in range(3)}
+    s = make(REGISTRY[name], params, dict.fromkeys(params, ESMode.MM_PARAM), population=512, sigma=0.1, rank=1)
+    pop = s.ask()
+    eps = [unit_noise(s, n, pop).flatten() for n in params]          # (P*256,) each
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert not torch.equal(eps[i], eps[j])
+            c = float(torch.corrcoef(torch.stack([eps[i], eps[j]]))[0, 1])
+            print(name, i, j, f"corr={c:+.4f}")
+            assert abs(c) < 0.02, c                                  # sd 1/sqrt(256 * 256 pairs) = 0.004
+    f = torch.randn(512, generator=torch.Generator().manual_seed(0))
+    g = s.gradient_estimate(f)
+    assert not torch.allclose(g["layer0.weight"], g["layer1.weight"])
