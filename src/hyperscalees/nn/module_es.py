@@ -37,7 +37,7 @@ class AbstractModuleES:
         factory = None
         if not isinstance(optimizer, str):  # a torch.optim class or any params -> optimizer callable
             factory = optimizer if not isinstance(optimizer, type) else (lambda ps, cls=optimizer: cls(ps, lr=lr))
-            optimizer = "sgd"
+            optimizer = "custom"
         self.config = ESConfig(population=population, sigma=sigma, rank=rank, lr=lr, optimizer=optimizer,
                                seed=seed, shaping=shaping_name, **config)
         self.specs = derive_specs(model, es_map)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from ..noise.distributions import check_distribution
 from ..noise.population import validate_population_args
 
-OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
+OPTIMIZERS = ("sgd", "adam", "adamw", "muon")  # "custom": a torch.optim class/factory was passed
 UPDATES = ("mean", "sign")
 
 
@@ -32,7 +32,7 @@ class ESConfig:
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
         check_distribution(self.distribution)
-        if self.optimizer not in OPTIMIZERS:
+        if self.optimizer not in OPTIMIZERS + ("custom",):
             raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
         if self.update not in UPDATES:
             raise ValueError(f"unknown update {self.update!r}; choose one of {UPDATES}")

@@ -50,4 +50,6 @@ def build_optimizer(params: list[Tensor], cfg: ESConfig) -> OptimizerGroup:
         if rest:
             opts.append(torch.optim.AdamW(rest, lr=lr, weight_decay=wd))
         return OptimizerGroup(opts)
+    if name == "custom":
+        raise ValueError("optimizer 'custom' needs an optimizer class or factory (optimizer_factory=...)")
     raise ValueError(f"unknown optimizer {name!r}")
