@@ -42,7 +42,7 @@ class EngineConfig:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every!r}")
         if self.chunk is not None and (self.chunk < 2 or self.chunk % 2):
             raise ValueError(f"chunk must be an even number >= 2 (whole antithetic pairs), got {self.chunk!r}")
-        if self.checkpoint_every and self.out is None:
+        if self.checkpoint_every and self.out is None and self.resume is None:
             raise ValueError("checkpoint_every needs an output directory (--out)")
 
     @property

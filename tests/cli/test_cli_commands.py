@@ -1,0 +1,82 @@
+"""End-to-end CLI: exit codes, error messages, the --json line, eval and env."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hyperscalees.cli.main import main
+
+
+def invoke(argv, capsys):
+    """(exit code, stdout, stderr) of ``hyperscalees *argv``, whether it returns or exits."""
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("argv,bad", [
+    (["train", "nosuchtask"], "nosuchtask"),
+    (["train", "xor", "--optimizer", "lbfgs"], "lbfgs"),
+    (["train", "xor", "--sigma", "-0.5"], "-0.5"),
+    (["train", "xor", "--sigma", "abc"], "abc"),
+    (["train", "xor", "--population", "7"], "7"),
+    (["train", "xor", "--strategy", "cma"], "cma"),
+    (["train", "xor", "--activation", "sine", "--steps", "1"], "sine"),
+    (["train", "xor", "--resume", "/nonexistent/run", "--steps", "1"], "/nonexistent/run"),
+    (["eval", "/nonexistent/run"], "/nonexistent/run"),
+])
+def test_user_errors_exit_2_naming_the_bad_value(argv, bad, capsys):
+    code, out, err = invoke(argv, capsys)
+    assert code == 2
+    assert bad in err and "Traceback" not in err
+
+
+def test_choices_are_listed_for_unknown_task_and_optimizer(capsys):
+    _, _, err = invoke(["train", "nosuchtask"], capsys)
+    assert all(t in err for t in ("xor", "predict2", "poly", "digits"))
+    _, _, err = invoke(["train", "xor", "--optimizer", "lbfgs"], capsys)
+    assert "adam" in err and "sgd" in err
+
+
+def test_json_summary_is_the_last_line_and_eval_agrees(tmp_path, capsys):
+    code, out, _ = invoke(["train", "xor", "--population", "32", "--steps", "3", "--out", str(tmp_path),
+                           "--json"], capsys)
+    assert code == 0
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["task"] == "xor" and summary["steps"] == 3 and summary["wall_time"] > 0
+    assert set(summary["paths"]) >= {"checkpoint", "metrics_jsonl", "metrics_csv", "plot"}
+    assert len(out.strip().splitlines()) == 1  # no progress bar or chatter on stdout
+    code, out, _ = invoke(["eval", str(tmp_path), "--json"], capsys)
+    assert code == 0
+    ev = json.loads(out.strip().splitlines()[-1])
+    assert ev["step"] == 3 and ev["metrics"] == summary["metrics"]
+    code, out, _ = invoke(["eval", str(tmp_path)], capsys)
+    assert code == 0 and "mse" in out
+
+
+def test_human_summary_and_resume(tmp_path, capsys):
+    code, out, _ = invoke(["train", "predict2", "--population", "16", "--steps", "2", "--out", str(tmp_path)], capsys)
+    assert code == 0 and "2/2 steps" in out and "abs_error" in out
+    code, out, _ = invoke(["train", "predict2", "--population", "16", "--steps", "4", "--resume", str(tmp_path),
+                           "--json"], capsys)
+    assert code == 0 and json.loads(out.splitlines()[-1])["steps"] == 4
+    code, _, err = invoke(["train", "predict2", "--population", "18", "--steps", "4", "--resume", str(tmp_path)],
+                          capsys)
+    assert code == 2 and "es.population" in err
+
+
+def test_env_reports_versions(capsys):
+    code, out, _ = invoke(["env", "--json"], capsys)
+    info = json.loads(out)
+    assert code == 0 and info["torch"] and info["torch_threads"] >= 1 and "default_device" in info
+
+
+def test_python_dash_m_runs_the_cli():
+    res = subprocess.run([sys.executable, "-m", "hyperscalees", "train", "--help"], capture_output=True, text=True)
+    assert res.returncode == 0 and "digits" in res.stdout
+    res = subprocess.run([sys.executable, "-m", "hyperscalees", "train", "bogus"], capture_output=True, text=True)
+    assert res.returncode == 2 and "bogus" in res.stderr

@@ -1,0 +1,80 @@
+"""Every generated flag lands in the right config field; help works for every command."""
+import argparse
+from dataclasses import fields
+
+import pytest
+
+from hyperscalees.cli.main import build_parser
+from hyperscalees.cli.train import config_from_args
+from hyperscalees.engine import EngineConfig
+from hyperscalees.strategies import ESConfig
+from hyperscalees.tasks import TASKS
+
+# a valid, non-default value for every field; a new field without an entry here fails the test
+ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 3), "lr": ("0.125", 0.125),
+             "optimizer": ("sgd", "sgd"), "seed": ("17", 17), "shaping": ("z_score", "z_score"),
+             "weight_decay": ("0.5", 0.5), "momentum": ("0.75", 0.75), "lr_decay": ("0.5", 0.5),
+             "sigma_decay": ("0.25", 0.25), "noise_reuse": ("4", 4), "distribution": ("rademacher", "rademacher"),
+             "update": ("sign", "sign"), "baseline_every": ("2", 2), "update_chunk": ("8", 8)}
+ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
+                 "checkpoint_every": ("2", 2), "out": ("runs/x", "runs/x"), "resume": ("runs/y", "runs/y"),
+                 "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64)}
+OPTION_VALUES = {"hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
+                 "holdout": ("0.3", 0.3)}
+
+
+def parse(*argv):
+    return build_parser().parse_args(list(argv))
+
+
+def flag(name):
+    return "--" + name.replace("_", "-")
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(ESConfig)])
+def test_es_flags_round_trip(name):
+    text, value = ES_VALUES[name]
+    cfg = config_from_args(parse("train", "xor", flag(name), text))
+    assert getattr(cfg.es, name) == value
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(EngineConfig)])
+def test_engine_flags_round_trip(name):
+    text, value = ENGINE_VALUES[name]
+    argv = ["train", "xor", flag(name)] + ([text] if text is not None else [])
+    if name == "checkpoint_every":
+        argv += ["--out", "runs/z"]
+    cfg = config_from_args(parse(*argv))
+    assert getattr(cfg.engine, name) == value
+
+
+@pytest.mark.parametrize("task,name", [(t, f.name) for t, cls in TASKS.items() for f in fields(cls.Options)])
+def test_task_option_flags_round_trip(task, name):
+    text, value = OPTION_VALUES[name]
+    cfg = config_from_args(parse("train", task, flag(name), text))
+    assert cfg.options[name] == value and cfg.task == task
+
+
+def test_strategy_flag_and_task_defaults():
+    cfg = config_from_args(parse("train", "digits", "--strategy", "open_es"))
+    assert cfg.strategy == "open_es"
+    d = TASKS["digits"].defaults
+    assert (cfg.es.population, cfg.es.sigma, cfg.es.rank, cfg.es.lr, cfg.es.optimizer, cfg.engine.steps) == \
+        (d["population"], d["sigma"], d["rank"], d["lr"], d["optimizer"], d["steps"])
+    assert cfg.options == {f.name: f.default for f in fields(TASKS["digits"].Options)}
+
+
+def help_argvs():
+    out = [[], ["train"], ["eval"], ["env"]] + [["train", t] for t in TASKS]
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    out += [[name] for name in sub.choices if [name] not in out]  # bench, once it exists
+    return out
+
+
+@pytest.mark.parametrize("argv", help_argvs(), ids=lambda a: " ".join(a) or "main")
+def test_help_works_for_every_subcommand(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv + ["--help"])
+    assert e.value.code == 0
+    assert "usage: hyperscalees" in capsys.readouterr().out
