@@ -20,10 +20,28 @@ def _command_modules():
         full = f"{__package__}.{name}"
         try:
             mods.append(importlib.import_module(full))
-        except ModuleNotFoundError as e:  # an optional command not written yet; real import bugs still raise
-            if e.name != full:
-                raise
+        except ModuleNotFoundError as e:
+            if e.name == full:  # a command not written yet: simply absent
+                continue
+            mods.append(_Broken(name, e))
+        except ImportError as e:
+            mods.append(_Broken(name, e))
     return mods
+
+
+class _Broken:
+    """Stands in for a command whose module fails to import, so the other commands keep working."""
+
+    def __init__(self, name: str, error: Exception):
+        self.name, self.error = name, error
+
+    def register(self, subparsers) -> None:
+        p = subparsers.add_parser(self.name, help=f"(unavailable: {self.error})")
+        p.set_defaults(func=self.run)
+
+    def run(self, args) -> int:
+        print(f"hyperscalees {self.name}: unavailable: {self.error}", file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,6 +17,7 @@ from ..tasks.base import make_options
 
 STRATEGIES = ("eggroll", "open_es")
 ES_TASK_DEFAULTS = ("population", "sigma", "rank", "lr", "optimizer")
+_NULLABLE_ENGINE = ("time_budget", "out", "resume", "device", "chunk")  # None is a meaningful value here
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,3 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
         engine["steps"] = task_cls.defaults.get("steps", EngineConfig.steps)
     return TrainConfig(task=task, strategy=strategy, es=ESConfig(**es), engine=EngineConfig(**engine),
                        options=options)
-
-
-_NULLABLE_ENGINE = ("time_budget", "out", "resume", "device", "chunk")

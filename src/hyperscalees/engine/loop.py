@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from ..nn import EGGROLL, OpenES
 from ..tasks import AbstractTask, get_task
@@ -41,10 +41,9 @@ def run(cfg: TrainConfig) -> dict:
         _resume(es, cfg)
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
     logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
-    bar = tqdm(total=eng.steps, initial=es.step, desc=cfg.task, dynamic_ncols=True,
-               disable=eng.json or not sys.stderr.isatty())
-    metrics, stopped, step_time = {}, "steps", 0.0
-    with torch.no_grad():
+    metrics, stopped = {}, "steps"
+    with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
+                               disable=eng.json or not sys.stderr.isatty()) as bar:
         while es.step < eng.steps:
             ts = time.perf_counter()
             stats = es.tell(es.evaluate(partial(task.fitness, step=es.step), eng.chunk))
@@ -59,7 +58,8 @@ def run(cfg: TrainConfig) -> dict:
             if logger:
                 logger.log(row)
             bar.update(1)
-            bar.set_postfix({"fitness": f"{stats['fitness_mean']:.4g}", task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"})
+            bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
+                            **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"})
             if out and eng.checkpoint_every and es.step % eng.checkpoint_every == 0 and not last:
                 save_checkpoint(out, es, cfg.to_dict())
             if out_of_time and es.step < eng.steps:
@@ -67,7 +67,6 @@ def run(cfg: TrainConfig) -> dict:
                 break
         if not metrics:  # nothing ran (already at the target step): still report the model
             metrics = task.evaluate(model)
-    bar.close()
     return _finish(cfg, task, es, out, metrics, stopped, t0)
 
 

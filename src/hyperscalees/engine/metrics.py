@@ -4,7 +4,8 @@ One row per ES step. The CSV has fixed columns (strategy statistics, then the ta
 metric names), left empty on steps without a held-out evaluation; JSONL rows only hold
 what was measured. Both files are appended and flushed every step, so a crashed run keeps
 its history. On resume, rows past the checkpoint's step (written after it, then lost in
-the crash) are dropped so the files match an uninterrupted run.
+the crash) are dropped so the files match an uninterrupted run. ``time`` is seconds since
+the current invocation started (it restarts at a resume).
 """
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ class XorTask(AbstractTask):
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         mse = float(((model(self.x) - self.y) ** 2).mean())
-        return {"mse": mse, "solved": float(mse < self.target)}
+        return {"mse": mse, "converged": float(mse < self.target)}
 
     def metric_names(self):
-        return ("mse", "solved")
+        return ("mse", "converged")
