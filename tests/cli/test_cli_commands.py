@@ -5,7 +5,9 @@ import sys
 
 import pytest
 
+from hyperscalees.cli import main as main_mod
 from hyperscalees.cli.main import main
+from hyperscalees.engine.checkpoint import load_checkpoint_config
 
 
 def invoke(argv, capsys):
@@ -61,8 +63,11 @@ def test_json_summary_is_the_last_line_and_eval_agrees(tmp_path, capsys):
 def test_human_summary_and_resume(tmp_path, capsys):
     code, out, _ = invoke(["train", "predict2", "--population", "16", "--steps", "2", "--out", str(tmp_path)], capsys)
     assert code == 0 and "2/2 steps" in out and "abs_error" in out
-    code, out, _ = invoke(["train", "predict2", "--population", "16", "--steps", "4", "--resume", str(tmp_path),
-                           "--json"], capsys)
+    # flags not typed again come from the saved run (population 16, not the task default)
+    code, out, _ = invoke(["train", "predict2", "--steps", "4", "--resume", str(tmp_path), "--json"], capsys)
+    assert code == 0 and json.loads(out.splitlines()[-1])["steps"] == 4
+    assert load_checkpoint_config(tmp_path)["es"]["population"] == 16
+    code, out, _ = invoke(["train", "predict2", "--resume", str(tmp_path), "--json"], capsys)  # already at 4
     assert code == 0 and json.loads(out.splitlines()[-1])["steps"] == 4
     code, _, err = invoke(["train", "predict2", "--population", "18", "--steps", "4", "--resume", str(tmp_path)],
                           capsys)
@@ -80,3 +85,18 @@ def test_python_dash_m_runs_the_cli():
     assert res.returncode == 0 and "digits" in res.stdout
     res = subprocess.run([sys.executable, "-m", "hyperscalees", "train", "bogus"], capture_output=True, text=True)
     assert res.returncode == 2 and "bogus" in res.stderr
+
+
+def test_a_command_that_fails_to_import_does_not_break_the_others(monkeypatch, capsys):
+    real = main_mod.importlib.import_module
+
+    def fake(name):
+        if name.endswith(".env"):
+            raise ImportError("env is broken")
+        return real(name)
+
+    monkeypatch.setattr(main_mod.importlib, "import_module", fake)
+    code, out, _ = invoke(["train", "xor", "--population", "8", "--steps", "1", "--json"], capsys)
+    assert code == 0 and json.loads(out)["steps"] == 1
+    code, _, err = invoke(["env"], capsys)
+    assert code == 1 and "env is broken" in err

@@ -29,6 +29,30 @@ def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
+EXPLICIT = "_explicit_flags"  # namespace attribute: dests the user actually typed
+
+
+class _Store(argparse._StoreAction):
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        _mark(namespace, self.dest)
+
+
+class _StoreTrue(argparse._StoreTrueAction):
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        _mark(namespace, self.dest)
+
+
+def _mark(namespace, dest: str) -> None:
+    setattr(namespace, EXPLICIT, getattr(namespace, EXPLICIT, frozenset()) | {dest})
+
+
+def explicit(args: argparse.Namespace) -> frozenset[str]:
+    """Dests given on the command line (as opposed to left at their defaults)."""
+    return getattr(args, EXPLICIT, frozenset())
+
+
 def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, choices: dict | None = None,
                         helps: dict | None = None, skip: tuple[str, ...] = ()) -> list[str]:
     """Add one flag per field of dataclass ``cls`` to ``parser``; return the flag names."""
@@ -43,12 +67,12 @@ def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, ch
         text = helps.get(f.name, "")
         flag, dest = flag_name(f.name), f"{part}.{f.name}"
         if is_bool:
-            parser.add_argument(flag, dest=dest, action="store_true", default=bool(default), help=text)
+            parser.add_argument(flag, dest=dest, action=_StoreTrue, default=bool(default), help=text)
         else:
             opts = choices.get(f.name)
             if "default" not in text:
                 text = f"{text} (default: {default})".strip()
-            parser.add_argument(flag, dest=dest, type=parse, default=default, choices=opts,
+            parser.add_argument(flag, dest=dest, action=_Store, type=parse, default=default, choices=opts,
                                 metavar=None if opts else f.name.upper(), help=text)
         added.append(flag)
     return added

@@ -10,13 +10,15 @@ import argparse
 import json
 import sys
 
-from ..engine import STRATEGIES, EngineConfig, TrainConfig, make_config, run as run_engine
+from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine
+from ..engine.checkpoint import load_checkpoint_config
 from ..noise.distributions import DISTRIBUTIONS
 from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.shaping import SHAPINGS
 from ..tasks import TASKS
-from .base import add_dataclass_flags, collect, fail
+from .base import add_dataclass_flags, collect, explicit, fail
 
+RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
 ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
               "update": UPDATES}
 HELP = {
@@ -25,7 +27,8 @@ HELP = {
     "steps": "total ES steps (a resumed run continues up to this count)",
     "time_budget": "stop before the next step would exceed SECONDS of wall time",
     "eval_every": "held-out metrics every K steps", "checkpoint_every": "checkpoint every K steps (0: at the end)",
-    "out": "run directory for checkpoint, metrics and curve.png", "resume": "continue the run saved in DIR",
+    "out": "run directory for checkpoint, metrics and curve.png",
+    "resume": "continue the run saved in DIR; flags not given here keep that run's values",
     "device": "torch device (default: cuda if available, else cpu)", "json": "print one JSON summary line",
     "chunk": "members per forward pass (even); bounds memory",
 }
@@ -58,16 +61,30 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The ``TrainConfig`` the parsed flags describe (raises ValueError on invalid values)."""
-    return make_config(args.task, strategy=getattr(args, "run.strategy"), es=collect(args, "es"),
-                       engine=collect(args, "engine"), options=collect(args, "options"))
+    """The ``TrainConfig`` the parsed flags describe (raises ValueError on invalid values).
+
+    With ``--resume DIR``, settings not typed on this command line come from the saved run,
+    so ``train TASK --resume DIR`` continues it without repeating its flags.
+    """
+    strategy, es, engine, options = (getattr(args, "run.strategy"), collect(args, "es"), collect(args, "engine"),
+                                     collect(args, "options"))
+    resume = engine.get("resume")
+    if resume and has_checkpoint(resume):
+        saved, typed = load_checkpoint_config(resume), explicit(args)
+        if saved.get("task") == args.task:
+            if "run.strategy" not in typed:
+                strategy = saved["strategy"]
+            es.update({k: v for k, v in saved["es"].items() if f"es.{k}" not in typed})
+            options.update({k: v for k, v in saved["options"].items() if f"options.{k}" not in typed})
+            engine.update({k: saved["engine"][k] for k in RESUMED_ENGINE if f"engine.{k}" not in typed})
+    return make_config(args.task, strategy=strategy, es=es, engine=engine, options=options)
 
 
 def run(args: argparse.Namespace) -> int:
     prog = f"hyperscalees train {args.task}"
     try:
         cfg = config_from_args(args)
-    except ValueError as e:
+    except (ValueError, RuntimeError) as e:
         return fail(prog, str(e))
     try:
         summary = run_engine(cfg)

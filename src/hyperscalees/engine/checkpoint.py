@@ -93,6 +93,15 @@ def has_checkpoint(directory: str | os.PathLike) -> bool:
     return (Path(directory) / META_FILE).is_file()
 
 
+def load_checkpoint_config(directory: str | os.PathLike) -> dict:
+    """Just the saved ``asdict(config)`` of a checkpoint (cheap: no tensors read)."""
+    path = Path(directory) / META_FILE
+    try:
+        return json.loads(path.read_text())["config"]
+    except (OSError, ValueError, KeyError) as e:
+        raise RuntimeError(f"unreadable checkpoint metadata {str(path)!r}: {e}") from e
+
+
 def load_checkpoint(directory: str | os.PathLike, device: str | torch.device | None = None) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`, tensors placed on ``device``."""
     directory = Path(directory)
