@@ -72,6 +72,8 @@ def test_human_summary_and_resume(tmp_path, capsys):
     code, _, err = invoke(["train", "predict2", "--population", "18", "--steps", "4", "--resume", str(tmp_path)],
                           capsys)
     assert code == 2 and "es.population" in err
+    code, _, err = invoke(["train", "predict2", "--strategy", "open_es", "--resume", str(tmp_path)], capsys)
+    assert code == 2 and "strategy" in err and "open_es" in err
 
 
 def test_env_reports_versions(capsys):
@@ -90,10 +92,10 @@ def test_python_dash_m_runs_the_cli():
 def test_a_command_that_fails_to_import_does_not_break_the_others(monkeypatch, capsys):
     real = main_mod.importlib.import_module
 
-    def fake(name):
-        if name.endswith(".env"):
+    def fake(name, *args, **kwargs):
+        if name == "hyperscalees.cli.env":
             raise ImportError("env is broken")
-        return real(name)
+        return real(name, *args, **kwargs)
 
     monkeypatch.setattr(main_mod.importlib, "import_module", fake)
     code, out, _ = invoke(["train", "xor", "--population", "8", "--steps", "1", "--json"], capsys)

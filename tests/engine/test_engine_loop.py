@@ -11,7 +11,8 @@ from hyperscalees.strategies import ESConfig
 
 
 def test_metrics_files_have_one_row_per_step_and_a_png(tmp_path):
-    summary = run(make_config("poly", es={"population": 32}, engine={"steps": 7, "eval_every": 3, "out": str(tmp_path)}))
+    engine = {"steps": 7, "eval_every": 3, "out": str(tmp_path)}
+    summary = run(make_config("poly", es={"population": 32}, engine=engine))
     rows = read_rows(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 8))
     assert [r["step"] for r in rows if "mse" in r] == [3, 6, 7]  # every 3 steps and at the end

@@ -31,7 +31,8 @@ def test_three_plus_three_equals_six(tmp_path, task, strategy):
             for name, v in a["state"][k].items():
                 assert torch.equal(v, b["state"][k][name]), name
     # the resumed run's metrics continue the first part's: one row per step, same numbers
-    rows_full, rows_part = read_rows(tmp_path / "full" / "metrics.jsonl"), read_rows(tmp_path / "part" / "metrics.jsonl")
+    rows_full = read_rows(tmp_path / "full" / "metrics.jsonl")
+    rows_part = read_rows(tmp_path / "part" / "metrics.jsonl")
     assert [r["step"] for r in rows_part] == [1, 2, 3, 4, 5, 6]
     assert [r["fitness_mean"] for r in rows_part] == [r["fitness_mean"] for r in rows_full]
 

@@ -32,7 +32,9 @@ def flag_name(field_name: str) -> str:
 EXPLICIT = "_explicit_flags"  # namespace attribute: dests the user actually typed
 
 
-class _Store(argparse._StoreAction):
+class StoreExplicit(argparse._StoreAction):
+    """``store`` that also records the dest as typed by the user."""
+
     def __call__(self, parser, namespace, values, option_string=None):
         super().__call__(parser, namespace, values, option_string)
         _mark(namespace, self.dest)
@@ -72,7 +74,7 @@ def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, ch
             opts = choices.get(f.name)
             if "default" not in text:
                 text = f"{text} (default: {default})".strip()
-            parser.add_argument(flag, dest=dest, action=_Store, type=parse, default=default, choices=opts,
+            parser.add_argument(flag, dest=dest, action=StoreExplicit, type=parse, default=default, choices=opts,
                                 metavar=None if opts else f.name.upper(), help=text)
         added.append(flag)
     return added

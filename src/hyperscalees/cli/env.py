@@ -26,8 +26,9 @@ def collect_env() -> dict:
         "hyperscalees": package_version(), "python": platform.python_version(), "platform": platform.platform(),
         "torch": torch.__version__, "numpy": _version("numpy"), "safetensors": _version("safetensors"),
         "tqdm": _version("tqdm"), "scikit-learn": _version("scikit-learn"), "matplotlib": _version("matplotlib"),
-        "cuda_available": cuda, "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        if cuda else [], "mps_available": bool(mps and mps.is_available()),
+        "cuda_available": cuda,
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "mps_available": bool(mps and mps.is_available()),
         "default_device": "cuda" if cuda else "cpu", "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
     }

@@ -16,7 +16,7 @@ from ..noise.distributions import DISTRIBUTIONS
 from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.shaping import SHAPINGS
 from ..tasks import TASKS
-from .base import add_dataclass_flags, collect, explicit, fail
+from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail
 
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
 ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
@@ -48,8 +48,8 @@ def register(subparsers) -> None:
 
 def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     """All flags of ``train TASK``: strategy, ES, engine and task options (names never collide)."""
-    parser.add_argument("--strategy", dest="run.strategy", choices=STRATEGIES, default="eggroll",
-                        help="eggroll (low-rank) or open_es (full-rank) (default: eggroll)")
+    parser.add_argument("--strategy", dest="run.strategy", action=StoreExplicit, choices=STRATEGIES,
+                        default="eggroll", help="eggroll (low-rank) or open_es (full-rank) (default: eggroll)")
     es = parser.add_argument_group("evolution strategy")
     flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
     eng = parser.add_argument_group("engine")
