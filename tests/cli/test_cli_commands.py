@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from hyperscalees.cli import main as main_mod
 from hyperscalees.cli.main import main
@@ -30,6 +31,7 @@ def invoke(argv, capsys):
     (["train", "xor", "--activation", "sine", "--steps", "1"], "sine"),
     (["train", "xor", "--resume", "/nonexistent/run", "--steps", "1"], "/nonexistent/run"),
     (["eval", "/nonexistent/run"], "/nonexistent/run"),
+    (["train", "xor", "--device", "bogus"], "bogus"),
 ])
 def test_user_errors_exit_2_naming_the_bad_value(argv, bad, capsys):
     code, out, err = invoke(argv, capsys)
@@ -102,3 +104,9 @@ def test_a_command_that_fails_to_import_does_not_break_the_others(monkeypatch, c
     assert code == 0 and json.loads(out)["steps"] == 1
     code, _, err = invoke(["env"], capsys)
     assert code == 1 and "env is broken" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_unavailable_device_is_a_clear_error(capsys):
+    code, _, err = invoke(["train", "xor", "--device", "cuda", "--steps", "1"], capsys)
+    assert code == 2 and "'cuda' is not available" in err

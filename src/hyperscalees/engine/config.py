@@ -43,6 +43,11 @@ class EngineConfig:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every!r}")
         if self.chunk is not None and (self.chunk < 2 or self.chunk % 2):
             raise ValueError(f"chunk must be an even number >= 2 (whole antithetic pairs), got {self.chunk!r}")
+        if self.device is not None:
+            try:
+                torch.device(self.device)
+            except RuntimeError as e:
+                raise ValueError(f"invalid device {self.device!r}: {e}") from None
         if self.checkpoint_every and self.out is None and self.resume is None:
             raise ValueError("checkpoint_every needs an output directory (--out)")
 
@@ -51,6 +56,22 @@ class EngineConfig:
         if self.device is not None:
             return torch.device(self.device)
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_device(device: torch.device) -> torch.device:
+    """Fail early, naming the device, instead of deep inside the first ``.to(device)``.
+
+    Done when a run is built (not in the config), so a checkpoint written on a GPU machine
+    still loads its config on a CPU-only one.
+    """
+    device = torch.device(device)
+    backend = getattr(torch, device.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if device.type == "mps":
+        is_available = torch.backends.mps.is_available
+    if device.type not in ("cpu", "meta") and is_available is not None and not is_available():
+        raise ValueError(f"device {str(device)!r} is not available on this machine")
+    return device
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from ..nn import EGGROLL, OpenES
 from ..tasks import AbstractTask, get_task
 from .checkpoint import MODEL_FILE, load_checkpoint, save_checkpoint
-from .config import TrainConfig
+from .config import TrainConfig, check_device
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
 
 MODULE_ES = {"eggroll": EGGROLL, "open_es": OpenES}
@@ -26,7 +26,7 @@ MODULE_ES = {"eggroll": EGGROLL, "open_es": OpenES}
 
 def build(cfg: TrainConfig, device: torch.device | None = None):
     """The task, its freshly initialised model and the ES facade for ``cfg``."""
-    device = device or cfg.engine.resolved_device
+    device = check_device(device or cfg.engine.resolved_device)
     task = get_task(cfg.task)(seed=cfg.es.seed, device=device, options=cfg.options)
     model = task.build_model()
     es = MODULE_ES[cfg.strategy](model, **asdict(cfg.es))
@@ -107,7 +107,7 @@ def load_run(directory: str | Path, device: str | torch.device | None = None):
     """(config, task, model, step) of the checkpoint in ``directory``, the model on ``device``."""
     ckpt = load_checkpoint(directory, device)
     cfg = TrainConfig.from_dict(ckpt.config)
-    dev = torch.device(device) if device is not None else torch.device("cpu")
+    dev = check_device(device if device is not None else "cpu")
     task = get_task(cfg.task)(seed=cfg.es.seed, device=dev, options=cfg.options)
     model = task.build_model()
     model.load_state_dict(ckpt.model)
