@@ -38,7 +38,71 @@ def matrix_dims(spec: ParamSpec) -> tuple[int, int]:
     return spec.shape
 
 
+class _ForwardNoise:
+    """Noise drawn for evaluation chunks, kept so the same step's update need not redraw it.
+
+    Noise is a pure function of (population, parameter, member range), so a chunk drawn
+    for the forward is exactly what the update would regenerate. Chunks are kept only
+    for the newest population and only up to ``budget`` bytes: past it, the step falls
+    back to regenerating (memory stays bounded whatever the population).
+    """
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._reset(None)
+
+    def _reset(self, pop):
+        self.pop, self.entries, self.bytes, self.over = pop, {}, 0, False
+
+    def put(self, key, pop: Population, lo: int, hi: int, noise: Noise) -> None:
+        if pop != self.pop:
+            self._reset(pop)
+        if self.over or self.budget <= 0:
+            return
+        size = sum(t.numel() * t.element_size() for t in (noise.a, noise.b, noise.eps) if t is not None)
+        if self.bytes + size > self.budget:
+            self.entries, self.bytes, self.over = {}, 0, True
+            return
+        if (key, lo, hi) not in self.entries:
+            self.entries[(key, lo, hi)] = noise
+            self.bytes += size
+
+    def take(self, key, pop: Population) -> list[tuple[int, int, Noise]] | None:
+        """All chunks of ``key`` if they tile [0, pop.size) exactly (removed from the cache)."""
+        if pop != self.pop or self.over:
+            return None
+        chunks = sorted(((lo, hi, n) for (k, lo, hi), n in self.entries.items() if k == key), key=lambda c: c[:2])
+        pos = 0
+        for lo, hi, _ in chunks:
+            if lo != pos:
+                return None
+            pos = hi
+        if pos != pop.size:
+            return None
+        for lo, hi, n in chunks:
+            del self.entries[(key, lo, hi)]
+            self.bytes -= sum(t.numel() * t.element_size() for t in (n.a, n.b, n.eps) if t is not None)
+        return chunks
+
+    def clear(self) -> None:
+        self._reset(None)
+
+
+FORWARD_NOISE = _ForwardNoise(budget=64 * 2**20)
+
+
+def _cache_key(spec: ParamSpec, lowrank: bool, device) -> tuple:
+    return spec.name, tuple(spec.shape), lowrank, str(torch.device(device))
+
+
 def member_noise(spec: ParamSpec, pop: Population, lo: int, hi: int, lowrank: bool, device) -> Noise:
+    n = _draw_member_noise(spec, pop, lo, hi, lowrank, device)
+    if not (lo == 0 and hi == pop.size):  # the strategy itself keeps a whole-population draw
+        FORWARD_NOISE.put(_cache_key(spec, lowrank, device), pop, lo, hi, n)
+    return n
+
+
+def _draw_member_noise(spec: ParamSpec, pop: Population, lo: int, hi: int, lowrank: bool, device) -> Noise:
     pairs = pop.pairs(lo, hi, device=device)
     signs = pop.signs(lo, hi, device=device)
     if lowrank:
@@ -60,12 +124,17 @@ def noise_sum(noise: Noise, shaped: Tensor, sign_update: bool = False) -> Tensor
 def gradient(spec: ParamSpec, pop: Population, shaped: Tensor, lowrank: bool, device,
              chunk_pairs: int, sign_update: bool = False, cached: Noise | None = None) -> Tensor:
     """ES estimate ĝ = (1/(Nσ)) Σ_i f_i ε_i, regenerating noise chunk by chunk (or from cache)."""
+    kept = None if cached is not None else FORWARD_NOISE.take(_cache_key(spec, lowrank, device), pop)
     if cached is not None:
         total = noise_sum(cached, shaped, sign_update)
+    elif kept is not None:  # the forward's chunks, summed chunk by chunk
+        total = torch.zeros(spec.shape, device=device)
+        for lo, hi, n in kept:
+            total += noise_sum(n, shaped[lo:hi], sign_update)
     else:
         total = torch.zeros(spec.shape, device=device)
         step = 2 * chunk_pairs
         for lo in range(0, pop.size, step):
             hi = min(pop.size, lo + step)
-            total += noise_sum(member_noise(spec, pop, lo, hi, lowrank, device), shaped[lo:hi], sign_update)
+            total += noise_sum(_draw_member_noise(spec, pop, lo, hi, lowrank, device), shaped[lo:hi], sign_update)
     return total / (pop.size * pop.sigma)
