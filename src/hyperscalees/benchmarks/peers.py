@@ -94,12 +94,24 @@ def _python_for(min_python: tuple[int, int]) -> str | None:
     """An interpreter new enough: ours, python3.X on PATH, or a pyenv install."""
     if sys.version_info[:2] >= min_python:
         return sys.executable
-    cands = [shutil.which(f"python{min_python[0]}.{v}") for v in range(min_python[1], min_python[1] + 4)]
+    cands = []
     home = Path.home() / ".pyenv" / "versions"
     if home.is_dir():
         cands += [str(p / "bin" / "python") for p in sorted(home.iterdir())
-                  if p.name.count(".") >= 1 and tuple(map(int, p.name.split(".")[:2])) >= min_python]
-    return next((c for c in cands if c and Path(c).exists()), None)
+                  if p.name.count(".") >= 1 and p.name.split(".")[0].isdigit() and p.name.split(".")[1].isdigit()
+                  and tuple(map(int, p.name.split(".")[:2])) >= min_python]
+    cands += [shutil.which(f"python{min_python[0]}.{v}") for v in range(min_python[1], min_python[1] + 4)]
+    return next((c for c in cands if c and Path(c).exists() and _works(c, min_python)), None)
+
+
+def _works(python: str, min_python: tuple[int, int]) -> bool:
+    """A pyenv shim exists even when its version is not selected: ask the interpreter itself."""
+    try:
+        p = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                           text=True, timeout=60)
+        return p.returncode == 0 and tuple(map(int, p.stdout.split())) >= min_python
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return False
 
 
 def ensure_venv(name: str, install: bool, log=print) -> tuple[Path | None, str]:
