@@ -114,27 +114,44 @@ def _draw_member_noise(spec: ParamSpec, pop: Population, lo: int, hi: int, lowra
 
 def noise_sum(noise: Noise, shaped: Tensor, sign_update: bool = False) -> Tensor:
     """Σ_i f_i ε_i over the slice, ε_i the member's unit-variance noise (s A Bᵀ/√r or s ε)."""
+    return _scaled_sum(noise, shaped, sign_update, 1.0)
+
+
+def _scaled_sum(noise: Noise, shaped: Tensor, sign_update: bool, scale: float) -> Tensor:
+    """scale · Σ_i f_i ε_i, the scale folded into the (K,) pair weights: no full-size pass."""
     w = pair_weights(shaped.to(noise.signs.device), noise.signs)
     if noise.a is not None:
         a, b = (noise.a.sign(), noise.b.sign()) if sign_update else (noise.a, noise.b)
-        return lowrank_sum(a, b, w) / math.sqrt(a.shape[-1])
-    return full_sum(noise.eps, w)
+        return lowrank_sum(a, b, w * (scale / math.sqrt(a.shape[-1])))
+    return full_sum(noise.eps, w * scale)
+
+
+def _merge(chunks: list[Noise]) -> Noise:
+    """Chunks of consecutive pairs as one Noise: one update GEMM instead of one per chunk."""
+    if len(chunks) == 1:
+        return chunks[0]
+    cat = lambda ts: torch.cat(ts) if ts[0] is not None else None
+    return Noise(cat([n.signs for n in chunks]), chunks[0].sigma, a=cat([n.a for n in chunks]),
+                 b=cat([n.b for n in chunks]), eps=cat([n.eps for n in chunks]))
 
 
 def gradient(spec: ParamSpec, pop: Population, shaped: Tensor, lowrank: bool, device,
              chunk_pairs: int, sign_update: bool = False, cached: Noise | None = None) -> Tensor:
-    """ES estimate ĝ = (1/(Nσ)) Σ_i f_i ε_i, regenerating noise chunk by chunk (or from cache)."""
+    """ES estimate ĝ = (1/(Nσ)) Σ_i f_i ε_i, regenerating noise chunk by chunk (or from cache).
+
+    Few, large ops on purpose: each full-size op is a parallel region, and on a shared
+    machine every region can stall for a scheduler slice.
+    """
+    scale = 1.0 / (pop.size * pop.sigma)
     kept = None if cached is not None else FORWARD_NOISE.take(_cache_key(spec, lowrank, device), pop)
     if cached is not None:
-        total = noise_sum(cached, shaped, sign_update)
-    elif kept is not None:  # the forward's chunks, summed chunk by chunk
-        total = torch.zeros(spec.shape, device=device)
-        for lo, hi, n in kept:
-            total += noise_sum(n, shaped[lo:hi], sign_update)
-    else:
-        total = torch.zeros(spec.shape, device=device)
-        step = 2 * chunk_pairs
-        for lo in range(0, pop.size, step):
-            hi = min(pop.size, lo + step)
-            total += noise_sum(_draw_member_noise(spec, pop, lo, hi, lowrank, device), shaped[lo:hi], sign_update)
-    return total / (pop.size * pop.sigma)
+        return _scaled_sum(cached, shaped, sign_update, scale)
+    if kept is not None:  # the forward's chunks (they tile the population in order)
+        return _scaled_sum(_merge([n for _, _, n in kept]), shaped, sign_update, scale)
+    total = None
+    step = 2 * chunk_pairs
+    for lo in range(0, pop.size, step):
+        hi = min(pop.size, lo + step)
+        part = _scaled_sum(_draw_member_noise(spec, pop, lo, hi, lowrank, device), shaped[lo:hi], sign_update, scale)
+        total = part if total is None else total.add_(part)
+    return total
