@@ -98,7 +98,8 @@ def _embedding_hook(ctx: _Context, wname, lowrank: bool):
             b = lowrank_b(pop, wname, dim, pairs)  # (K, dim, r)
             coef = (signs.to(y.dtype) * pop.sigma / pop.rank ** 0.5).view(ctx.k, 2, 1, 1)
             left = a_rows.to(y.dtype).view(ctx.k, 2, -1, pop.rank).mul(coef).view(ctx.k, -1, pop.rank)
-            delta = torch.bmm(left, b.to(y.dtype).transpose(1, 2))  # (K, 2T, dim)
+            # y + left bᵀ in one batched GEMM pass, no separate (K, 2T, dim) delta
+            return torch.baddbmm(y.reshape(ctx.k, -1, dim), left, b.to(y.dtype).transpose(1, 2)).view_as(y)
         else:
             eps = full_rows(pop, wname, dim, pairs, rows).to(y.dtype)  # (K, 2T, dim)
             coef = (signs.to(y.dtype) * pop.sigma).view(ctx.k, 2, 1, 1)
@@ -107,9 +108,30 @@ def _embedding_hook(ctx: _Context, wname, lowrank: bool):
     return hook
 
 
+def _member_vector(param: Tensor | None, noise, k: int, dtype) -> Tensor | None:
+    """(K, 2, 1, *shape) per-member values p + s σ ε of a norm's vector parameter."""
+    if noise is None:
+        return None if param is None else param.to(dtype)
+    coef = (noise.signs.to(dtype) * noise.sigma).view(k, 2, 1, *([1] * param.dim()))
+    return param.to(dtype) + noise.eps.to(dtype).view(k, 1, 1, *param.shape) * coef
+
+
 def _norm_hook(ctx: _Context, wname, bname):
     def hook(mod, inp, y):
         x = _split_pairs(inp[0], ctx.k, type(mod).__name__)
+        if wname and getattr(mod, "weight", None) is not None:
+            # y' = x̂ (w + sσε_w) + (b + sσε_b): one fused pass over the activations
+            # instead of adding each noise term to y separately
+            if isinstance(mod, nn.LayerNorm):
+                xhat = F.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
+            else:
+                xhat = F.rms_norm(x, mod.normalized_shape, None, mod.eps)
+            vshape = mod.weight.shape
+            w = _member_vector(mod.weight, ctx.noise(wname), ctx.k, y.dtype)
+            b = _member_vector(getattr(mod, "bias", None), ctx.noise(bname) if bname else None, ctx.k, y.dtype)
+            xk = xhat.reshape(ctx.k, 2, -1, *vshape)
+            out = torch.mul(xk, w) if b is None else torch.addcmul(b, xk, w)
+            return out.view_as(y)
         if wname:
             if isinstance(mod, nn.LayerNorm):
                 xhat = F.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
