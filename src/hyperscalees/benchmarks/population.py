@@ -10,6 +10,7 @@ above the post-setup floor should stay flat -- the only O(N) state is the fitnes
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
@@ -23,8 +24,8 @@ ROWS_PER_MEMBER = 4
 
 def configs(quick: bool) -> dict:
     if quick:
-        return dict(exponents=range(4, 7), chunk=8, warmup=1, repeats=2)
-    return dict(exponents=range(10, 19), chunk=1024, warmup=1, repeats=3)
+        return dict(exponents=range(4, 7), chunk=8, warmup=1, repeats=2, budget_s=120)
+    return dict(exponents=range(10, 19), chunk=1024, warmup=1, repeats=3, budget_s=1500)
 
 
 def probe(population: int, chunk: int, warmup: int, repeats: int, device: str = "cpu") -> dict:
@@ -62,12 +63,17 @@ def run(quick: bool = False, device: str = "cpu", log=print, max_exponent: int |
     """``isolate``: one fresh process per population (CPU peak RSS is then its own)."""
     c = configs(quick)
     rep = Report("population", QUESTION, COLUMNS)
-    ns, ts, works, failed = [], [], [], None
+    ns, ts, works, failed, skipped = [], [], [], None, []
+    start = time.perf_counter()
     for e in c["exponents"]:
         if max_exponent is not None and e > max_exponent:
             break
         n = 2 ** e
-        kw = dict(population=n, chunk=min(c["chunk"], n), warmup=c["warmup"], repeats=c["repeats"],
+        repeats = c["repeats"] if n <= 2**15 else 2  # the largest steps take minutes each
+        if ts and 2 * ts[-1] * (c["warmup"] + repeats) > c["budget_s"] - (time.perf_counter() - start):
+            skipped.append(n)  # would not finish within the time budget: say so instead
+            continue
+        kw = dict(population=n, chunk=min(c["chunk"], n), warmup=c["warmup"], repeats=repeats,
                   device=str(device))
         try:
             cpu = torch.device(device).type == "cpu"
@@ -91,6 +97,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, max_exponent: int |
         "work_mib_max": max(works) if works else float("nan"),
         "fitness_vector_mib_at_largest": (max(ns) * 4 / 2**20) if ns else float("nan"),
         "failed": failed,
+        "skipped_for_time": skipped,
+        "time_budget_s": c["budget_s"],
         "environment": environment(),
     }
     rep.summary["mem_bounded"] = bool(works) and (max(works) - min(works)) < 64.0
