@@ -126,29 +126,23 @@ def _scaled_sum(noise: Noise, shaped: Tensor, sign_update: bool, scale: float) -
     return full_sum(noise.eps, w * scale)
 
 
-def _merge(chunks: list[Noise]) -> Noise:
-    """Chunks of consecutive pairs as one Noise: one update GEMM instead of one per chunk."""
-    if len(chunks) == 1:
-        return chunks[0]
-    cat = lambda ts: torch.cat(ts) if ts[0] is not None else None
-    return Noise(cat([n.signs for n in chunks]), chunks[0].sigma, a=cat([n.a for n in chunks]),
-                 b=cat([n.b for n in chunks]), eps=cat([n.eps for n in chunks]))
-
-
 def gradient(spec: ParamSpec, pop: Population, shaped: Tensor, lowrank: bool, device,
              chunk_pairs: int, sign_update: bool = False, cached: Noise | None = None) -> Tensor:
     """ES estimate ĝ = (1/(Nσ)) Σ_i f_i ε_i, regenerating noise chunk by chunk (or from cache).
 
-    Few, large ops on purpose: each full-size op is a parallel region, and on a shared
-    machine every region can stall for a scheduler slice.
+    The 1/(Nσ) and 1/√r scales go into the (K,) weights, not extra full-size passes.
     """
     scale = 1.0 / (pop.size * pop.sigma)
     kept = None if cached is not None else FORWARD_NOISE.take(_cache_key(spec, lowrank, device), pop)
     if cached is not None:
         return _scaled_sum(cached, shaped, sign_update, scale)
-    if kept is not None:  # the forward's chunks (they tile the population in order)
-        return _scaled_sum(_merge([n for _, _, n in kept]), shaped, sign_update, scale)
     total = None
+    if kept is not None:  # the forward's chunks, accumulated in place (no concatenated copy)
+        while kept:
+            lo, hi, n = kept.pop(0)  # drop each chunk as soon as it is summed
+            part = _scaled_sum(n, shaped[lo:hi], sign_update, scale)
+            total = part if total is None else total.add_(part)
+        return total
     step = 2 * chunk_pairs
     for lo in range(0, pop.size, step):
         hi = min(pop.size, lo + step)
