@@ -20,23 +20,29 @@ def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs
     signs (K, 2), vec_noise (K, dout) -- a bias's full-rank noise folded in as one extra
     rank column so the whole perturbation is a single batched GEMM into ``y``.
     """
-    k, r = x_factor.shape[0], x_factor.shape[-1]
-    dout = y.shape[-1]
-    xk = x.reshape(k, -1, x.shape[-1])  # (K, 2M, din)
+    k, din, r = x_factor.shape
+    dout, dt = y.shape[-1], x.dtype
+    xk = x.reshape(k, -1, din)  # (K, 2M, din)
     m2 = xk.shape[1]
     if m2 % 2:
         raise ValueError(f"{x.shape[0]} input rows cannot be split evenly over {2 * k} members")
-    coef = (signs.to(x.dtype) * scale).view(k, 2, 1, 1)
-    u = torch.bmm(xk, x_factor.to(x.dtype)).view(k, 2, m2 // 2, r).mul_(coef)  # (K, 2, M, r)
-    left, right = u.view(k, m2, r), y_factor.to(x.dtype)
+    nr = r + (vec_noise is not None)
+    left = torch.empty(k, m2, nr, dtype=dt, device=x.device)  # (K, 2M, r[+1])
+    # u = x B computed as (Bᵀ xᵀ)ᵀ: with a unit-stride (K, r, din) left operand the batched
+    # GEMM streams x once; bmm(xk, B) was 1.5-3x slower on CPU for small M.
+    bt = x_factor.to(dt).transpose(1, 2).contiguous()
+    left[..., :r] = torch.bmm(bt, xk.transpose(1, 2)).transpose(1, 2)
+    lv = left.view(k, 2, m2 // 2, nr)
+    lv[..., :r] *= (signs.to(dt) * scale).view(k, 2, 1, 1)
+    right = y_factor.to(dt).transpose(1, 2)  # (K, r, dout)
     if vec_noise is not None:
-        ones = (signs.to(x.dtype) * vec_scale).view(k, 2, 1, 1).expand(k, 2, m2 // 2, 1)
-        left = torch.cat([left, ones.reshape(k, m2, 1)], dim=-1)  # (K, 2M, r+1)
-        right = torch.cat([right, vec_noise.to(x.dtype).unsqueeze(-1)], dim=-1)  # (K, dout, r+1)
+        lv[..., r] = (signs.to(dt) * vec_scale).view(k, 2, 1)
+        right = torch.cat([right, vec_noise.to(dt).unsqueeze(1)], dim=1)  # (K, r+1, dout)
+    right = right.contiguous()
     yk = y.view(k, m2, dout)
     if torch.is_grad_enabled() and (y.requires_grad or x.requires_grad):
-        return torch.baddbmm(yk, left, right.transpose(1, 2)).view_as(y)
-    yk.baddbmm_(left, right.transpose(1, 2))
+        return torch.baddbmm(yk, left, right).view_as(y)
+    yk.baddbmm_(left, right)
     return y
 
 
