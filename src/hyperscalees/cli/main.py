@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
+from ..engine.allocator import keep_freed_memory
 from ..engine.checkpoint import package_version
 
 COMMANDS = ("train", "eval", "env", "bench")
@@ -56,8 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    keep_freed_memory()  # population forwards churn activation-sized temporaries
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into head & co.: not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

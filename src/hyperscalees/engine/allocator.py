@@ -1,0 +1,32 @@
+"""Keep freed memory in the process instead of handing it back to the OS after every op.
+
+A population forward allocates and frees many activation-sized temporaries per step.
+glibc returns large blocks to the kernel at once (mmap threshold), so the next op
+page-faults its way through fresh memory again; at width 1024 that made the ES step
+~15% slower while inference, with fewer temporaries, barely noticed. Raising the
+thresholds makes the allocator reuse those blocks. glibc only; a no-op elsewhere.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+MIB = 1 << 20
+
+
+def keep_freed_memory(mmap_threshold: int = 256 * MIB, trim_threshold: int = 1024 * MIB,
+                      top_pad: int = 256 * MIB) -> bool:
+    """Tune glibc's malloc for reuse; returns whether the settings took effect."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return all(mallopt(opt, val) == 1 for opt, val in ((_M_MMAP_THRESHOLD, mmap_threshold),
+                                                       (_M_TRIM_THRESHOLD, trim_threshold),
+                                                       (_M_TOP_PAD, top_pad)))
