@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..nn.module_es import EGGROLL, OpenES
+from ..strategies.noise_terms import FORWARD_NOISE
 from .base import (Report, chunked_inference, environment, es_step, in_subprocess, make_workload, measure_peak,
                    side_by_side)
 
@@ -79,9 +80,17 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
                 if width == c["openes_width"] and seq <= 16:
                     # separately, so OpenES's huge dense draws cannot disturb the ratio above
                     owork, oes = _build(kind, width, seq, m, device, "openes")
-                    t["openes"] = side_by_side({"openes": es_step(oes, owork, 2)},  # one pair at a time
-                                               c["warmup"], c["repeats"], device)["openes"]
+                    # without the forward-noise cache: at a real population OpenES's dense draws
+                    # (out*in per pair) can never be kept, so its update regenerates them
+                    saved, FORWARD_NOISE.budget = FORWARD_NOISE.budget, 0
+                    FORWARD_NOISE.clear()
+                    try:
+                        t["openes"] = side_by_side({"openes": es_step(oes, owork, 2)},  # one pair at a time
+                                                   c["warmup"], c["repeats"], device)["openes"]
+                    finally:
+                        FORWARD_NOISE.budget = saved
                     del owork, oes
+                FORWARD_NOISE.clear()  # nothing from one configuration lingers into the next
                 tokens = pop * seq
                 inf_tps, es_tps = tokens / t["inference"].median, tokens / t["eggroll"].median
                 eg_member = t["eggroll"].median / pop
@@ -104,8 +113,8 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
         "es_over_inference = ES-step tokens/s / inference tokens/s (1.0 = ES costs nothing extra)",
         f"OpenES runs {c['openes_members']} members, 2 at a time (its dense noise is out*in per pair); its "
         "per-member cost is extrapolated linearly to the EGGROLL population (every member needs its own "
-        "full-rank draw, regenerated again for the update), including its per-step fixed costs spread over "
-        "those few members",
+        "full-rank draw, regenerated again for the update, as at any real population: the forward-noise cache "
+        "is off for it), including its per-step fixed costs spread over those few members",
         "peak memory: one cold call in a fresh process; *_peak_mib is process peak RSS (incl. torch ~200 MiB), "
         "*_work_mib the growth above the post-setup floor",
     ]
