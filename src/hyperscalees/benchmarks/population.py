@@ -15,7 +15,7 @@ import time
 import torch
 
 from ..nn.module_es import EGGROLL
-from ..strategies.noise_terms import FORWARD_NOISE
+from ..strategies.config import ESConfig
 from .base import Report, environment, in_subprocess, measure_peak, mlp, side_by_side
 
 QUESTION = "time and peak memory per step as the population grows, chunked evaluation"
@@ -102,7 +102,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, max_exponent: int |
         "time_budget_s": c["budget_s"],
         "environment": environment(),
     }
-    bound = FORWARD_NOISE.budget / 2**20 + 32.0
+    bound = ESConfig.noise_cache_mib + 32.0
     rep.summary["mem_bound_mib"] = bound
     rep.summary["mem_bounded"] = bool(works) and (max(works) - min(works)) < bound
     rep.notes += [

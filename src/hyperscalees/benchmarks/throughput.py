@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 
 from ..nn.module_es import EGGROLL, OpenES
-from ..strategies.noise_terms import FORWARD_NOISE
 from .base import (Report, chunked_inference, environment, es_step, in_subprocess, make_workload, measure_peak,
                    side_by_side)
 
@@ -42,10 +41,11 @@ def _chunk(seq: int, pop: int, chunk_tokens: int) -> int:
     return min(pop, c - c % 2)
 
 
-def _build(kind, width, seq, pop, device, strategy="eggroll"):
+def _build(kind, width, seq, pop, device, strategy="eggroll", noise_cache_mib=64.0):
     work = make_workload(kind, width, seq, pop, device=device)
     cls = EGGROLL if strategy == "eggroll" else OpenES
-    es = cls(work.model, population=pop, sigma=0.01, rank=1, lr=1e-3, optimizer="adam", seed=0)
+    es = cls(work.model, population=pop, sigma=0.01, rank=1, lr=1e-3, optimizer="adam", seed=0,
+             noise_cache_mib=noise_cache_mib)
     return work, es
 
 
@@ -79,18 +79,12 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
                 t = side_by_side(fns, c["warmup"], c["repeats"], device)
                 if width == c["openes_width"] and seq <= 16:
                     # separately, so OpenES's huge dense draws cannot disturb the ratio above
-                    owork, oes = _build(kind, width, seq, m, device, "openes")
-                    # without the forward-noise cache: at a real population OpenES's dense draws
+                    # without the noise cache: at a real population OpenES's dense draws
                     # (out*in per pair) can never be kept, so its update regenerates them
-                    saved, FORWARD_NOISE.budget = FORWARD_NOISE.budget, 0
-                    FORWARD_NOISE.clear()
-                    try:
-                        t["openes"] = side_by_side({"openes": es_step(oes, owork, 2)},  # one pair at a time
-                                                   c["warmup"], c["repeats"], device)["openes"]
-                    finally:
-                        FORWARD_NOISE.budget = saved
+                    owork, oes = _build(kind, width, seq, m, device, "openes", noise_cache_mib=0)
+                    t["openes"] = side_by_side({"openes": es_step(oes, owork, 2)},  # one pair at a time
+                                               c["warmup"], c["repeats"], device)["openes"]
                     del owork, oes
-                FORWARD_NOISE.clear()  # nothing from one configuration lingers into the next
                 tokens = pop * seq
                 inf_tps, es_tps = tokens / t["inference"].median, tokens / t["eggroll"].median
                 eg_member = t["eggroll"].median / pop

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..noise.population import Population
 from .config import ESConfig
-from .noise_terms import Noise, gradient, member_noise
+from .noise_terms import Noise, gradient, member_noise, noise_nbytes
 from .optim import OptimizerGroup, build_optimizer
 from .param_spec import ESMode, ParamSpec
 from .shaping import check_fitness, get_shaping, sanitize
@@ -52,7 +52,7 @@ class AbstractStrategy:
         self._lr_factor = (lambda s: decay ** s * (lr_schedule(s) if lr_schedule else 1.0))
         self._base_lrs = [g["lr"] for g in self.optimizer.param_groups]
         self._apply_lr()
-        self._cache: dict[tuple, Noise] = {}
+        self._clear_cache()
 
     # -- which parameters get which noise ------------------------------------------------
     def is_lowrank(self, spec: ParamSpec) -> bool:
@@ -70,15 +70,33 @@ class AbstractStrategy:
                           baseline_every=c.baseline_every)
 
     def noise(self, name: str, pop: Population, lo: int, hi: int) -> Noise:
-        """Perturbation of ``name`` for members [lo, hi); kept until tell when it covers all."""
-        key = (name, pop, lo, hi)
-        if key in self._cache:
-            return self._cache[key]
+        """Perturbation of ``name`` for members [lo, hi).
+
+        While the budget allows, a parameter's whole-population draw is made once per step,
+        served to every evaluation chunk as a slice and reused by ``tell``: few large ops
+        instead of many small ones, and no regeneration. Past the budget, chunks are drawn
+        on their own and ``tell`` regenerates, so memory stays bounded for any population.
+        """
+        whole = self._whole_noise(name, pop)
+        if whole is not None:
+            return whole if (lo, hi) == (0, pop.size) else whole.slice(lo // 2, hi // 2)
         spec = self.specs[name]
-        n = member_noise(spec, pop, lo, hi, self.is_lowrank(spec), self.params[name].device)
-        if lo == 0 and hi == pop.size:
-            self._cache[key] = n
-        return n
+        return member_noise(spec, pop, lo, hi, self.is_lowrank(spec), self.params[name].device)
+
+    def _whole_noise(self, name: str, pop: Population) -> Noise | None:
+        if self._cache_pop != pop:
+            self._clear_cache(pop)
+        if name not in self._cache:
+            spec = self.specs[name]
+            nbytes = noise_nbytes(spec, pop, self.is_lowrank(spec))
+            if self._cache_bytes + nbytes > self.config.noise_cache_mib * 2**20:
+                return None
+            self._cache[name] = member_noise(spec, pop, 0, pop.size, self.is_lowrank(spec), self.params[name].device)
+            self._cache_bytes += nbytes
+        return self._cache[name]
+
+    def _clear_cache(self, pop: Population | None = None) -> None:
+        self._cache, self._cache_pop, self._cache_bytes = {}, pop, 0
 
     # -- tell ----------------------------------------------------------------------------
     def shape_fitness(self, fitness, pop: Population) -> tuple[Tensor, int]:
@@ -101,7 +119,7 @@ class AbstractStrategy:
         for n in self.trainable:
             spec = self.specs[n]
             out[n] = gradient(spec, pop, shaped, self.is_lowrank(spec), self.params[n].device,
-                              self.config.update_chunk, sign_update, self._cache.get((n, pop, 0, pop.size)))
+                              self.config.update_chunk, sign_update, self._cache.get(n) if self._cache_pop == pop else None)
         return out
 
     def tell(self, fitness, pop: Population | None = None) -> dict[str, float]:
@@ -121,7 +139,7 @@ class AbstractStrategy:
                     self.params[n].copy_(self.masters[n])
         self.step += 1
         self._apply_lr()
-        self._cache.clear()
+        self._clear_cache()
         finite = raw[torch.isfinite(raw)]
         return {"step": self.step, "fitness_mean": float(finite.mean()) if finite.numel() else math.nan,
                 "fitness_max": float(finite.max()) if finite.numel() else math.nan,
@@ -146,4 +164,4 @@ class AbstractStrategy:
             for n, m in sd.get("masters", {}).items():
                 self.masters[n].copy_(m)
         self._apply_lr()
-        self._cache.clear()
+        self._clear_cache()

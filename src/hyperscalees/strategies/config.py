@@ -28,6 +28,7 @@ class ESConfig:
     update: str = "mean"           # "sign": AltEggRoll's sign(A) sign(B)ᵀ update
     baseline_every: int = 0        # >0: members i % k in {0,1} are unperturbed baselines
     update_chunk: int = 4096       # pairs regenerated at once in tell(); bounds its memory
+    noise_cache_mib: float = 64.0  # whole-step noise kept for chunks and tell(); 0 = always regenerate
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
@@ -44,5 +45,7 @@ class ESConfig:
                 raise ValueError(f"{name} must be in (0, 1], got {v!r}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not self.noise_cache_mib >= 0:
+            raise ValueError(f"noise_cache_mib must be >= 0, got {self.noise_cache_mib!r}")
         if self.update_chunk < 1:
             raise ValueError(f"update_chunk must be >= 1, got {self.update_chunk!r}")
