@@ -49,17 +49,20 @@ def _add_vector_noise(y: Tensor, eps: Tensor, signs: Tensor, sigma: float, facto
 
 
 class _Context:
-    """Per-forward-context noise, drawn once per parameter and reused by every call."""
+    """The members one perturbed forward evaluates.
+
+    Noise is asked of the strategy at every call and not held here: the strategy keeps
+    whole-step draws within its ``noise_cache_mib`` budget, and anything past it lives
+    only while its layer runs, so a forward's memory does not grow with the model's
+    total noise (at T=1 a member's noise is as large as its activations).
+    """
 
     def __init__(self, strategy, pop, lo, hi):
         self.strategy, self.pop, self.lo, self.hi = strategy, pop, lo, hi
         self.k = (hi - lo) // 2
-        self.memo = {}
 
     def noise(self, name):
-        if name not in self.memo:
-            self.memo[name] = self.strategy.noise(name, self.pop, self.lo, self.hi)
-        return self.memo[name]
+        return self.strategy.noise(name, self.pop, self.lo, self.hi)
 
     def pairs(self, device):
         return self.pop.pairs(self.lo, self.hi, device=device)

@@ -14,11 +14,15 @@ def pair_weights(shaped: Tensor, signs: Tensor) -> Tensor:
 
 
 def lowrank_sum(a: Tensor, b: Tensor, weights: Tensor) -> Tensor:
-    """Σ_k w_k A_k B_kᵀ = (A ⊙ w) Bᵀ as one (rows, K·r) x (K·r, cols) GEMM."""
+    """Σ_k w_k A_k B_kᵀ = (A ⊙ w)ᵀ B as one (rows, K·r) x (K·r, cols) GEMM.
+
+    The (K·r, ·) operands are views of the factors when r == 1 (the common case), so the
+    update allocates nothing the size of the noise beyond A ⊙ w.
+    """
     k, rows, r = a.shape
-    left = (a * weights.to(a.dtype).view(k, 1, 1)).permute(1, 0, 2).reshape(rows, k * r)
-    right = b.permute(1, 0, 2).reshape(b.shape[1], k * r)
-    return left @ right.T
+    left = (a * weights.to(a.dtype).view(k, 1, 1)).transpose(1, 2).reshape(k * r, rows)  # (K·r, rows)
+    right = b.transpose(1, 2).reshape(k * r, b.shape[1])  # (K·r, cols)
+    return left.T @ right
 
 
 def full_sum(noise: Tensor, weights: Tensor) -> Tensor:
