@@ -48,7 +48,7 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.f
     return out
 
 
-BLOCK = 1 << 17  # elements hashed at once by draw(); a few such buffers fit in L2
+BLOCK = 1 << 19  # elements hashed at once by draw(): 2 MiB buffers, reused; measured 2.2 vs 2.7 ns/value at 1 << 17
 
 
 def _out_dtype(distribution: str, dtype: torch.dtype) -> torch.dtype:
