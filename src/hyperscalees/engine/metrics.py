@@ -84,7 +84,7 @@ def plot_curve(directory: str | Path, metric: str) -> tuple[Path | None, str | N
     ax1.set(xlabel="step", ylabel="mean fitness", title="population fitness")
     pts = [(r["step"], r[metric]) for r in rows if r.get(metric) is not None]
     ax2.plot([s for s, _ in pts], [v for _, v in pts], marker=".")
-    ax2.set(xlabel="step", ylabel=metric, title=f"held-out {metric}")
+    ax2.set(xlabel="step", ylabel=metric, title=f"{metric} of the unperturbed model")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
     fig.tight_layout()
