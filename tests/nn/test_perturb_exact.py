@@ -79,3 +79,22 @@ def test_hooks_removed_after_context():
     with es.perturbed():
         model(idx)
     torch.testing.assert_close(model(idx), before)
+
+
+@pytest.mark.parametrize("cache_mib", [64.0, 0.0])
+def test_linear_pair_blocks_give_the_same_forward(monkeypatch, cache_mib):
+    """Working through a layer's pairs block by block (bounded memory) changes no value."""
+    import hyperscalees.nn.perturb as perturb
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 4, bias=False))
+    es = hs.EGGROLL(model, population=10, sigma=0.1, rank=2, seed=1, noise_cache_mib=cache_mib)
+    x = torch.randn(10 * 3, 7)
+    with es.perturbed():
+        whole = model(x)
+    monkeypatch.setattr(perturb, "BLOCK_BYTES", 1)  # one pair per block
+    with es.perturbed():
+        blocked = model(x)
+    with es.perturbed(members=(4, 10)):
+        part = model(x[12:])
+    torch.testing.assert_close(blocked, whole, rtol=0, atol=0)
+    torch.testing.assert_close(part, whole[12:], rtol=0, atol=0)

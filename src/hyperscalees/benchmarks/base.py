@@ -113,17 +113,23 @@ def measure_peak(run: Callable[[], object], device="cpu") -> dict[str, float]:
     return {"peak_mib": peak, "floor_mib": floor, "working_mib": peak - floor, "exact_reset": exact}
 
 
-def in_subprocess(target: str, kwargs: dict, timeout: float = 1800) -> dict:
+# For memory probes: glibc serves every allocation >= 256 KiB by mmap and unmaps it on
+# free (a fixed threshold also turns off glibc's adaptive one), so peak RSS follows the
+# live tensors instead of heap fragmentation. Applied alike to inference and ES probes.
+EXACT_RSS_ENV = {"MALLOC_MMAP_THRESHOLD_": str(256 << 10), "MALLOC_TRIM_THRESHOLD_": str(256 << 10)}
+
+
+def in_subprocess(target: str, kwargs: dict, timeout: float = 1800, env: dict | None = None) -> dict:
     """Run ``module:function(**kwargs)`` in a fresh interpreter; it returns a JSON-able dict.
 
     Used for peak memory on CPU, where freed-but-retained heap from one configuration
-    would otherwise hide the next one's peak.
+    would otherwise hide the next one's peak. ``env`` adds environment variables.
     """
     code = ("import json, sys, importlib; m, f = sys.argv[1].split(':'); "
             "out = getattr(importlib.import_module(m), f)(**json.loads(sys.argv[2])); "
             "print('\\n' + json.dumps(out))")
     proc = subprocess.run([sys.executable, "-c", code, target, json.dumps(kwargs)], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"{target} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..nn.module_es import EGGROLL, OpenES
-from .base import (Report, chunked_inference, environment, es_step, in_subprocess, make_workload, measure_peak,
+from .base import (EXACT_RSS_ENV, Report, chunked_inference, environment, es_step, in_subprocess, make_workload, measure_peak,
                    side_by_side)
 
 QUESTION = "tokens/s of one full ES step vs plain inference of the same tokens"
@@ -61,7 +61,7 @@ def _memory(kind, width, seq, pop, chunk, device) -> dict:
     out = {}
     for which in ("inference", "eggroll"):
         kw = dict(kind=kind, width=width, seq=seq, pop=pop, chunk=chunk, device=str(device), which=which)
-        out[which] = (in_subprocess(f"{__name__}:memory_probe", kw) if torch.device(device).type == "cpu"
+        out[which] = (in_subprocess(f"{__name__}:memory_probe", kw, env=EXACT_RSS_ENV) if torch.device(device).type == "cpu"
                       else memory_probe(**kw))
     return out
 

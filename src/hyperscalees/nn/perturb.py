@@ -27,6 +27,7 @@ from ..strategies.param_spec import ESMode
 from .es_map import owned_parameters
 
 _NORMS = (nn.LayerNorm, nn.RMSNorm)
+BLOCK_BYTES = 8 << 20  # transient noise-sized buffers one layer may hold at once
 
 
 def _split_pairs(t: Tensor, k: int, what: str) -> Tensor:
@@ -61,8 +62,19 @@ class _Context:
         self.strategy, self.pop, self.lo, self.hi = strategy, pop, lo, hi
         self.k = (hi - lo) // 2
 
-    def noise(self, name):
-        return self.strategy.noise(name, self.pop, self.lo, self.hi)
+    def noise(self, name, k0: int = 0, k1: int | None = None):
+        """Noise of pairs [k0, k1) of this slice (all of it by default)."""
+        k1 = self.k if k1 is None else k1
+        return self.strategy.noise(name, self.pop, self.lo + 2 * k0, self.lo + 2 * k1)
+
+    def pair_blocks(self, bytes_per_pair: int):
+        """[k0, k1) pair ranges whose transient buffers fit :data:`BLOCK_BYTES`.
+
+        At T=1 a chunk's noise and the GEMM operands built from it are as large as its
+        activations; a layer works through them block by block so they never coexist.
+        """
+        kb = max(1, BLOCK_BYTES // max(1, bytes_per_pair))
+        return [(k0, min(self.k, k0 + kb)) for k0 in range(0, self.k, kb)]
 
     def pairs(self, device):
         return self.pop.pairs(self.lo, self.hi, device=device)
@@ -72,13 +84,25 @@ class _Context:
 
 
 def _linear_hook(ctx: _Context, wname, bname):
+    lowrank = bool(wname) and ctx.strategy.is_lowrank(ctx.strategy.specs[wname])
+
     def hook(mod, inp, y):
         x = _split_pairs(inp[0], ctx.k, type(mod).__name__)
+        if lowrank:
+            dout, din = mod.weight.shape
+            m = x.shape[0] // (2 * ctx.k)  # rows per member
+            r1 = ctx.pop.rank + 1
+            # per pair: its draw, the copied GEMM operands and the (2M, r+1) left factor
+            per_pair = 4 * ((din + dout) * r1 + dout * r1 + 2 * m * r1)
+            for k0, k1 in ctx.pair_blocks(per_pair):
+                wn = ctx.noise(wname, k0, k1)
+                bn = ctx.noise(bname, k0, k1) if bname else None
+                rows = slice(2 * k0 * m, 2 * k1 * m)
+                add_lowrank_(y[rows], x[rows], wn.b, wn.a, wn.signs, wn.scale, bn.eps if bn else None, wn.sigma)
+            return y
         bn = ctx.noise(bname) if bname else None
         if wname:
             wn = ctx.noise(wname)
-            if wn.a is not None:
-                return add_lowrank_(y, x, wn.b, wn.a, wn.signs, wn.scale, bn.eps if bn else None, wn.sigma)
             xk = x.reshape(ctx.k, -1, x.shape[-1])
             delta = torch.bmm(xk, wn.eps.to(x.dtype).transpose(1, 2))  # (K, 2M, out) dense OpenES term
             coef = (wn.signs.to(x.dtype) * wn.sigma).view(ctx.k, 2, 1, 1)

@@ -113,13 +113,18 @@ class AbstractStrategy:
         shaped, _ = self.shape_fitness(fitness, pop)
         return self._estimate(shaped, pop)
 
-    def _estimate(self, shaped: Tensor, pop: Population) -> dict[str, Tensor]:
+    def _estimate(self, shaped: Tensor, pop: Population, consume: bool = False) -> dict[str, Tensor]:
+        """ĝ per parameter; with ``consume`` each cached draw is dropped once used, so the
+        cache shrinks while the estimates grow and the two never peak together."""
         sign_update = self.config.update == "sign"
+        cache = self._cache if self._cache_pop == pop else {}
         out = {}
         for n in self.trainable:
             spec = self.specs[n]
+            cached = cache.pop(n, None) if consume else cache.get(n)
             out[n] = gradient(spec, pop, shaped, self.is_lowrank(spec), self.params[n].device,
-                              self.config.update_chunk, sign_update, self._cache.get(n) if self._cache_pop == pop else None)
+                              self.config.update_chunk, sign_update, cached)
+            del cached
         return out
 
     def tell(self, fitness, pop: Population | None = None) -> dict[str, float]:
@@ -128,11 +133,16 @@ class AbstractStrategy:
             raise ValueError(f"tell got the population of step {pop.step}, but the strategy is at step {self.step}")
         raw = check_fitness(fitness, pop.size)
         shaped, n_bad = self.shape_fitness(raw, pop)
-        grads = self._estimate(shaped, pop)
-        for n, g in grads.items():
-            self.masters[n].grad = (-g).to(self.masters[n].dtype)
+        grads = self._estimate(shaped, pop, consume=True)
+        self._clear_cache()
+        grad_norm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
+        for n in list(grads):
+            # the estimate is a fresh tensor: negate it in place and hand it over, no copy
+            g = grads.pop(n).neg_()
+            self.masters[n].grad = g if g.dtype == self.masters[n].dtype else g.to(self.masters[n].dtype)
+        del g
         self.optimizer.step()
-        self.optimizer.zero_grad()
+        self.optimizer.zero_grad()  # set_to_none: the estimates are freed before the next forward
         with torch.no_grad():
             for n in self.trainable:
                 if self.masters[n] is not self.params[n]:
@@ -143,7 +153,7 @@ class AbstractStrategy:
         finite = raw[torch.isfinite(raw)]
         return {"step": self.step, "fitness_mean": float(finite.mean()) if finite.numel() else math.nan,
                 "fitness_max": float(finite.max()) if finite.numel() else math.nan,
-                "grad_norm": math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values())),
+                "grad_norm": grad_norm,
                 "sigma": pop.sigma, "lr": self.optimizer.param_groups[0]["lr"], "nonfinite": n_bad}
 
     def _apply_lr(self):
