@@ -42,15 +42,34 @@ def _gaussian_(u: Tensor) -> Tensor:
 
 def bits_to_noise(bits: Tensor, distribution: str, dtype: torch.dtype = torch.float32) -> Tensor:
     """Map int32 words to noise values; float32 maths, cast to ``dtype`` at the end."""
-    if distribution == "gaussian":
-        out = _gaussian_(to_unit_uniform(bits))
-    elif distribution == "uniform":
-        out = to_unit_uniform(bits).mul_(2 * math.sqrt(3.0)).sub_(math.sqrt(3.0))
-    elif distribution == "rademacher":
-        out = ((bits >> 31) & 1).to(torch.float32).mul_(-2).add_(1)
-    elif distribution == "int":
-        out = _gaussian_(to_unit_uniform(bits)).mul_(INT_SCALE).trunc_()
-        return out.to(torch.int8) if dtype == torch.int8 else out.to(dtype)
-    else:
-        check_distribution(distribution)
+    check_distribution(distribution)
+    out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device)
+    out = bits_into_noise_(bits.clone(), out, distribution)
+    if distribution == "int" and dtype == torch.int8:
+        return out.to(torch.int8)
     return out.to(dtype)
+
+
+def bits_into_noise_(bits: Tensor, out: Tensor, distribution: str) -> Tensor:
+    """:func:`bits_to_noise` written into ``out`` (float32, any view), consuming ``bits``.
+
+    The sampler's hot path: ``bits`` is a fresh buffer it may overwrite, and the only
+    float pass that allocates nothing is one that writes where the values must end up.
+    Gives exactly the values of the step-by-step definitions above.
+    """
+    if distribution in ("gaussian", "int", "uniform"):
+        bits >>= 9
+        bits &= 0x7FFFFF
+        out.copy_(bits)  # int -> float conversion, straight into place
+        if distribution == "uniform":
+            # (top + 0.5)·2⁻²³·2√3 − √3, in the same float32 steps as to_unit_uniform
+            return out.add_(0.5).mul_(2.0**-23).mul_(2 * math.sqrt(3.0)).sub_(math.sqrt(3.0))
+        # 2u − 1 = top·2⁻²² + (2⁻²³ − 1): exact in float32, as is the two-step form
+        out.mul_(2.0**-22).add_(2.0**-23 - 1.0)
+        torch.erfinv(out, out=out).mul_(math.sqrt(2.0))
+        return out.mul_(INT_SCALE).trunc_() if distribution == "int" else out
+    if distribution == "rademacher":
+        bits >>= 31
+        bits &= 1
+        return out.copy_(bits).mul_(-2).add_(1)
+    check_distribution(distribution)

@@ -11,6 +11,7 @@ twins below use explicit masking and are the reference the tests compare to.
 """
 from __future__ import annotations
 
+import functools
 import zlib
 
 import torch
@@ -38,28 +39,45 @@ def mix_int(x: int) -> int:
     return x
 
 
-def mix(x: Tensor) -> Tensor:
-    """lowbias32 on an int32 tensor; bit-identical to :func:`mix_int`.
+@functools.lru_cache(maxsize=None)
+def _int32_constants(device: torch.device) -> dict[str, Tensor]:
+    """0-dim int32 tensors of the hash's constants, one set per device.
 
-    ``>>`` on int32 is arithmetic, so each shift is masked to make it logical.
+    A Python int operand is wrapped into a fresh tensor and cast on every op; with a
+    few hundred hash ops per step those casts cost more than the small ops themselves.
     """
+    values = {"s15": 15, "s16": 16, "m16": 0xFFFF, "m17": 0x1FFFF, "m1": _signed32(_M1), "m2": _signed32(_M2),
+              "golden": _signed32(GOLDEN), "stride": _signed32(0x85EBCA6B)}
+    return {k: torch.tensor(v, dtype=torch.int32, device=device) for k, v in values.items()}
+
+
+def mix(x: Tensor) -> Tensor:
+    """lowbias32 on an int32 tensor; bit-identical to :func:`mix_int`. ``x`` is kept."""
     if x.dtype != torch.int32:
         raise TypeError(f"mix expects an int32 tensor, got {x.dtype}")
-    # Same five steps as mix_int, written with two buffers and in-place ops: each
-    # out-of-place op on a large tensor costs a fresh allocation (page faults), which
-    # dominated the hash. ``x`` itself is never modified.
-    out = x >> 16
-    out &= 0xFFFF
-    out ^= x
-    out *= _signed32(_M1)
-    tmp = out >> 15
-    tmp &= 0x1FFFF
-    out ^= tmp
-    out *= _signed32(_M2)
-    torch.bitwise_right_shift(out, 16, out=tmp)
-    tmp &= 0xFFFF
-    out ^= tmp
-    return out
+    return mix_(x.clone())
+
+
+def mix_(x: Tensor) -> Tensor:
+    """In-place :func:`mix` on a fresh int32 buffer: one temporary instead of two.
+
+    ``>>`` on int32 is arithmetic, so each shift is masked to make it logical. Every op
+    is in place: an out-of-place op on a large tensor costs a fresh allocation (page
+    faults), which once dominated the hash.
+    """
+    c = _int32_constants(x.device)
+    tmp = torch.bitwise_right_shift(x, c["s16"])
+    tmp &= c["m16"]
+    x ^= tmp
+    x *= c["m1"]
+    torch.bitwise_right_shift(x, c["s15"], out=tmp)
+    tmp &= c["m17"]
+    x ^= tmp
+    x *= c["m2"]
+    torch.bitwise_right_shift(x, c["s16"], out=tmp)
+    tmp &= c["m16"]
+    x ^= tmp
+    return x
 
 
 def fold_in(key: int, *values: int) -> int:
@@ -88,12 +106,12 @@ def epoch_key(param_key: int, step: int, noise_reuse: int) -> int:
 def pair_keys(key: int, pairs: Tensor) -> Tensor:
     """One well-mixed int32 key per antithetic pair index, shape of ``pairs``."""
     p = pairs.to(torch.int32)
-    return mix(mix(p * _signed32(GOLDEN) ^ _signed32(key)) + _signed32(mix_int(key)))
+    return mix(mix(p * _int32_constants(p.device)["golden"] ^ _signed32(key)) + _signed32(mix_int(key)))
 
 
 def element_bits(pkeys: Tensor, index: Tensor) -> Tensor:
     """Random 32-bit words for (pair, element): ``pkeys`` (K, 1...) broadcast with ``index``."""
-    return mix(pkeys + index.to(torch.int32) * _signed32(0x85EBCA6B))
+    return mix_(torch.add(pkeys, index.to(torch.int32) * _int32_constants(index.device)["stride"]))
 
 
 def element_bits_int(pkey: int, index: int) -> int:

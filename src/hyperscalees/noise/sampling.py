@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .distributions import bits_to_noise
+from .distributions import bits_into_noise_
 from .keys import element_bits, epoch_key, name_key, pair_keys
 from .population import Population
 
@@ -30,13 +30,11 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.f
     k = pk.shape[0]
     shape = (k, *index.shape[1:]) if per_pair else (k, *index.shape)
     per = max(1, index[0].numel() if per_pair else index.numel())
-    if k * per <= BLOCK:
-        return _hash_block(pk, index, per_pair, pop.distribution, dtype).view(shape)
-    # Large draws go block by block into one output: the hash's temporaries then stay
-    # in cache and are reused, instead of a dozen fresh (K, n) tensors (page faults).
-    out = torch.empty(shape, dtype=_out_dtype(pop.distribution, dtype), device=index.device)
+    out = torch.empty(shape, dtype=torch.float32, device=index.device)
     flat = out.view(k, per)
     idx = index.reshape(k, per) if per_pair else index.reshape(per)
+    # Large draws go block by block into the output: the hash's temporaries stay in
+    # cache and are reused, instead of a dozen fresh (K, n) tensors (page faults).
     rows = max(1, BLOCK // per)
     cols = min(per, BLOCK)
     for r0 in range(0, k, rows):
@@ -44,20 +42,14 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.f
         for c0 in range(0, per, cols):
             c1 = min(per, c0 + cols)
             sub = idx[r0:r1, c0:c1] if per_pair else idx[c0:c1]
-            flat[r0:r1, c0:c1] = _hash_block(pk[r0:r1], sub, per_pair, pop.distribution, dtype)
-    return out
+            bits = element_bits(pk[r0:r1].view(-1, 1), sub)
+            bits_into_noise_(bits, flat[r0:r1, c0:c1], pop.distribution)
+    if pop.distribution == "int" and dtype == torch.int8:
+        return out.to(torch.int8)
+    return out if dtype == torch.float32 else out.to(dtype)
 
 
 BLOCK = 1 << 19  # elements hashed at once by draw(): 2 MiB buffers, reused; measured 2.2 vs 2.7 ns/value at 1 << 17
-
-
-def _out_dtype(distribution: str, dtype: torch.dtype) -> torch.dtype:
-    return torch.int8 if distribution == "int" and dtype == torch.int8 else dtype
-
-
-def _hash_block(pk: Tensor, index: Tensor, per_pair: bool, distribution: str, dtype) -> Tensor:
-    extra = index.dim() - 1 if per_pair else index.dim()
-    return bits_to_noise(element_bits(pk.view(-1, *([1] * extra)), index), distribution, dtype)
 
 
 def full_noise(pop: Population, name: str, shape, pairs: Tensor, dtype=torch.float32) -> Tensor:
