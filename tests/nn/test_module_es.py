@@ -233,3 +233,22 @@ def test_custom_optimizer_class_factory_and_shaping_callable():
         updates[label] = {k: v.clone() for k, v in model.state_dict().items()}
     for label in ("class", "factory"):
         assert all(torch.equal(updates[label][k], updates["name"][k]) for k in updates["name"])
+
+
+def test_perturbed_restores_every_forward_even_on_error():
+    """Swapped forwards are undone on exit (also after an exception), a user's own kept."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+    own = model[2].forward                      # a bound method stored on the instance
+    model[2].forward = lambda x: own(x) * 2.0
+    es = hs.EGGROLL(model, population=4, sigma=0.1, seed=0)
+    x = torch.randn(4, 4)
+    with torch.no_grad():
+        before = model(x)
+    with pytest.raises(RuntimeError, match="boom"):
+        with es.perturbed():
+            model(x)
+            raise RuntimeError("boom")
+    assert "forward" not in model[0].__dict__ and "forward" not in model[1].__dict__
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), before, rtol=0, atol=0)

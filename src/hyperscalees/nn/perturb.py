@@ -3,17 +3,21 @@
 Inside :func:`perturbation`, every module owning a trainable parameter adds its
 members' perturbations to its own output:
 
-- ``Linear``: forward hook adding s(σ/√r)(x B)Aᵀ (+ s σ e for the bias) in one batched GEMM;
+- low-rank ``Linear``: its forward is swapped for one that writes b + s(σ/√r)(x B)Aᵀ
+  (+ s σ e for the bias) in one batched GEMM and lets the base GEMM accumulate onto it;
+- dense (OpenES) ``Linear``: forward hook adding the per-member x εᵀ;
 - ``Embedding``: hook adding s(σ/√r) A[idx] Bᵀ, drawing only the looked-up rows of A;
-- ``LayerNorm``/``RMSNorm``: hook adding s σ (x̂ ε_w + ε_b) with x̂ recomputed;
+- ``LayerNorm``/``RMSNorm``: forward swapped for x̂ (w + sσε_w) + (b + sσε_b);
 - any other module: its forward runs under ``torch.vmap`` over members with per-member
   copies of its own (small) parameters -- correct for anything, cheap for vectors.
 
+Swapped forwards are instance attributes removed on exit, so the class is untouched.
 Dimensions: P members in the slice, K = P/2 pairs, M rows per member. Inputs are
 member-major along dim 0: rows [i*M, (i+1)*M) belong to member lo + i.
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from contextlib import contextmanager
 
@@ -22,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..noise.sampling import full_rows, lowrank_b, lowrank_rows
-from ..ops.lowrank_linear import add_lowrank_, get_noisy_standard
+from ..ops.lowrank_linear import get_noisy_standard, lowrank_term_into
 from ..strategies.param_spec import ESMode
 from .es_map import owned_parameters
 
@@ -37,16 +41,13 @@ def _split_pairs(t: Tensor, k: int, what: str) -> Tensor:
     return t
 
 
-def _add_vector_noise(y: Tensor, eps: Tensor, signs: Tensor, sigma: float, factor: Tensor | None = None) -> Tensor:
-    """y (P*M.., *vshape) += s σ ε (· factor): per-member noise on a trailing-dims vector."""
+def _add_vector_noise(y: Tensor, eps: Tensor, signs: Tensor, sigma: float) -> Tensor:
+    """y (P*M.., *vshape) + s σ ε: per-member noise on a trailing-dims vector (a bias)."""
     k = eps.shape[0]
     vshape = eps.shape[1:]
     coef = (signs.to(y.dtype) * sigma).view(k, 2, 1, *([1] * len(vshape)))
     term = eps.to(y.dtype).view(k, 1, 1, *vshape) * coef  # (K, 2, 1, *v)
-    yk = y.reshape(k, 2, -1, *vshape)
-    if factor is not None:
-        term = factor.reshape(k, 2, -1, *vshape) * term
-    return (yk + term).view_as(y)
+    return (y.reshape(k, 2, -1, *vshape) + term).view_as(y)
 
 
 class _Context:
@@ -83,23 +84,33 @@ class _Context:
         return self.pop.signs(self.lo, self.hi, device=device)
 
 
-def _linear_hook(ctx: _Context, wname, bname):
-    lowrank = bool(wname) and ctx.strategy.is_lowrank(ctx.strategy.specs[wname])
+def _lowrank_linear_forward(ctx: _Context, mod: nn.Linear, wname: str, bname: str | None):
+    """Replaces a low-rank ``Linear``'s forward: perturbation (and bias) first, then the base
+    GEMM accumulates onto it -- no extra pass over the output after the GEMM."""
+    def forward(x):
+        x = _split_pairs(x, ctx.k, "Linear")
+        dout, din = mod.weight.shape
+        x2 = x.reshape(-1, din)
+        y = torch.empty(x2.shape[0], dout, dtype=x.dtype, device=x.device)
+        m = x2.shape[0] // (2 * ctx.k)  # rows per member
+        r1 = ctx.pop.rank + 1
+        # per pair: its draw, the copied GEMM operands and the (2M, r+1) left factor
+        per_pair = 4 * ((din + dout) * r1 + dout * r1 + 2 * m * r1)
+        for k0, k1 in ctx.pair_blocks(per_pair):
+            wn = ctx.noise(wname, k0, k1)
+            bn = ctx.noise(bname, k0, k1) if bname else None
+            rows = slice(2 * k0 * m, 2 * k1 * m)
+            lowrank_term_into(y[rows], x2[rows], wn.b, wn.a, wn.signs, wn.scale, mod.bias,
+                              bn.eps if bn else None, wn.sigma)
+        y.addmm_(x2, mod.weight.t())
+        return y.view(*x.shape[:-1], dout)
+    return forward
 
+
+def _linear_hook(ctx: _Context, wname, bname):
+    """Dense (OpenES) or bias-only perturbation of a ``Linear``, added to its output."""
     def hook(mod, inp, y):
         x = _split_pairs(inp[0], ctx.k, type(mod).__name__)
-        if lowrank:
-            dout, din = mod.weight.shape
-            m = x.shape[0] // (2 * ctx.k)  # rows per member
-            r1 = ctx.pop.rank + 1
-            # per pair: its draw, the copied GEMM operands and the (2M, r+1) left factor
-            per_pair = 4 * ((din + dout) * r1 + dout * r1 + 2 * m * r1)
-            for k0, k1 in ctx.pair_blocks(per_pair):
-                wn = ctx.noise(wname, k0, k1)
-                bn = ctx.noise(bname, k0, k1) if bname else None
-                rows = slice(2 * k0 * m, 2 * k1 * m)
-                add_lowrank_(y[rows], x[rows], wn.b, wn.a, wn.signs, wn.scale, bn.eps if bn else None, wn.sigma)
-            return y
         bn = ctx.noise(bname) if bname else None
         if wname:
             wn = ctx.noise(wname)
@@ -143,34 +154,36 @@ def _member_vector(param: Tensor | None, noise, k: int, dtype) -> Tensor | None:
     return param.to(dtype) + noise.eps.to(dtype).view(k, 1, 1, *param.shape) * coef
 
 
-def _norm_hook(ctx: _Context, wname, bname):
-    def hook(mod, inp, y):
-        x = _split_pairs(inp[0], ctx.k, type(mod).__name__)
-        if wname and getattr(mod, "weight", None) is not None:
-            # y' = x̂ (w + sσε_w) + (b + sσε_b): one fused pass over the activations
-            # instead of adding each noise term to y separately
-            if isinstance(mod, nn.LayerNorm):
-                xhat = F.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
-            else:
-                xhat = F.rms_norm(x, mod.normalized_shape, None, mod.eps)
-            vshape = mod.weight.shape
-            w = _member_vector(mod.weight, ctx.noise(wname), ctx.k, y.dtype)
-            b = _member_vector(getattr(mod, "bias", None), ctx.noise(bname) if bname else None, ctx.k, y.dtype)
-            xk = xhat.reshape(ctx.k, 2, -1, *vshape)
-            out = torch.mul(xk, w) if b is None else torch.addcmul(b, xk, w)
-            return out.view_as(y)
-        if wname:
-            if isinstance(mod, nn.LayerNorm):
-                xhat = F.layer_norm(x, mod.normalized_shape, None, None, mod.eps)
-            else:
-                xhat = F.rms_norm(x, mod.normalized_shape, None, mod.eps)
-            wn = ctx.noise(wname)
-            y = _add_vector_noise(y, wn.eps, wn.signs, wn.sigma, factor=xhat)
-        if bname:
-            bn = ctx.noise(bname)
-            y = _add_vector_noise(y, bn.eps, bn.signs, bn.sigma)
-        return y
-    return hook
+@functools.lru_cache(maxsize=64)
+def _unit_weight(shape: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.ones(shape, dtype=dtype, device=device)
+
+
+def _normalized(mod: nn.Module, x: Tensor) -> Tensor:
+    """x̂ of a LayerNorm/RMSNorm without its affine part.
+
+    Passing a unit weight instead of ``None`` takes torch's fast kernel: on the CPU the
+    weightless ``layer_norm`` was 2x slower (310 vs 165 µs on (4096, 256)).
+    """
+    ones = _unit_weight(tuple(mod.normalized_shape), x.dtype, x.device)
+    if isinstance(mod, nn.LayerNorm):
+        return F.layer_norm(x, mod.normalized_shape, ones, None, mod.eps)
+    return F.rms_norm(x, mod.normalized_shape, ones, mod.eps)
+
+
+def _norm_forward(ctx: _Context, mod: nn.Module, wname, bname):
+    """Replaces a LayerNorm/RMSNorm's forward: x̂ (w + sσε_w) + (b + sσε_b) in one pass
+    after x̂, instead of the module's affine pass plus corrections to its output."""
+    def forward(x):
+        x = _split_pairs(x, ctx.k, type(mod).__name__)
+        xhat = _normalized(mod, x)
+        vshape = tuple(mod.normalized_shape)
+        w = _member_vector(mod.weight, ctx.noise(wname) if wname else None, ctx.k, x.dtype)
+        b = _member_vector(getattr(mod, "bias", None), ctx.noise(bname) if bname else None, ctx.k, x.dtype)
+        xk = xhat.view(ctx.k, 2, -1, *vshape)
+        out = xk.mul_(w) if b is None else torch.addcmul(b, xk, w)
+        return out.view_as(x)
+    return forward
 
 
 def _vmapped_forward(ctx: _Context, mod: nn.Module, active: dict[str, str]):
@@ -215,24 +228,31 @@ def perturbation(model: nn.Module, strategy, pop, lo: int = 0, hi: int | None = 
     handles, patched = [], []
     try:
         for mod, active in by_module.items():
-            if isinstance(mod, nn.Linear) and set(active) <= {"weight", "bias"}:
+            if (isinstance(mod, nn.Linear) and set(active) <= {"weight", "bias"} and "weight" in active
+                    and strategy.is_lowrank(strategy.specs[active["weight"]])):
+                patched.append((mod, mod.__dict__.get("forward")))
+                mod.forward = _lowrank_linear_forward(ctx, mod, active["weight"], active.get("bias"))
+            elif isinstance(mod, nn.Linear) and set(active) <= {"weight", "bias"}:
                 handles.append(mod.register_forward_hook(_linear_hook(ctx, active.get("weight"), active.get("bias"))))
             elif isinstance(mod, nn.Embedding) and set(active) == {"weight"}:
                 spec = strategy.specs[active["weight"]]
                 handles.append(mod.register_forward_hook(
                     _embedding_hook(ctx, active["weight"], strategy.is_lowrank(spec))))
-            elif isinstance(mod, _NORMS) and set(active) <= {"weight", "bias"}:
-                handles.append(mod.register_forward_hook(_norm_hook(ctx, active.get("weight"), active.get("bias"))))
+            elif isinstance(mod, _NORMS) and set(active) <= {"weight", "bias"} and mod.weight is not None:
+                patched.append((mod, mod.__dict__.get("forward")))
+                mod.forward = _norm_forward(ctx, mod, active.get("weight"), active.get("bias"))
             else:
                 if any(strategy.is_lowrank(strategy.specs[n]) for n in active.values()):
                     raise ValueError(f"{type(mod).__name__} parameters {sorted(active.values())} are marked "
                                      "low-rank but only Linear/Embedding support it; map them to 'param'")
-                patched.append(mod)
+                patched.append((mod, mod.__dict__.get("forward")))
                 mod.forward = _vmapped_forward(ctx, mod, active)
         with torch.no_grad():
             yield ctx
     finally:
         for h in handles:
             h.remove()
-        for mod in patched:
+        for mod, previous in patched:
             del mod.forward
+            if previous is not None:  # an instance-level forward of the user's own
+                mod.forward = previous

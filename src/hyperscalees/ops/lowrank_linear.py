@@ -12,16 +12,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
-                 vec_noise: Tensor | None = None, vec_scale: float = 0.0) -> Tensor:
-    """y += s * scale * (x @ x_factor) @ y_factorᵀ  (+ s * vec_scale * vec_noise), per member.
+def _lowrank_operands(x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
+                      vec_noise: Tensor | None, vec_scale: float) -> tuple[Tensor, Tensor]:
+    """left (K, 2M, r[+1]) and right (K, r[+1], dout) with left @ right = each member's term.
 
-    x (P*M.., din), y (P*M.., dout), x_factor (K, din, r), y_factor (K, dout, r),
-    signs (K, 2), vec_noise (K, dout) -- a bias's full-rank noise folded in as one extra
-    rank column so the whole perturbation is a single batched GEMM into ``y``.
+    The term is s·scale·(x B)Aᵀ (+ s·vec_scale·e): a bias's full-rank noise rides along as
+    one extra rank column, so the whole perturbation is one batched GEMM.
     """
     k, din, r = x_factor.shape
-    dout, dt = y.shape[-1], x.dtype
+    dt = x.dtype
     xk = x.reshape(k, -1, din)  # (K, 2M, din)
     m2 = xk.shape[1]
     if m2 % 2:
@@ -29,7 +28,8 @@ def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs
     nr = r + (vec_noise is not None)
     left = torch.empty(k, m2, nr, dtype=dt, device=x.device)  # (K, 2M, r[+1])
     # u = x B computed as (Bᵀ xᵀ)ᵀ: with a unit-stride (K, r, din) left operand the batched
-    # GEMM streams x once; bmm(xk, B) was 1.5-3x slower on CPU for small M.
+    # GEMM streams x once; bmm(xk, B) was 1.5-3x slower on CPU for small M, and a strided
+    # view of B (no copy) 4x slower than copying it first.
     bt = x_factor.to(dt).transpose(1, 2).contiguous()
     left[..., :r] = torch.bmm(bt, xk.transpose(1, 2)).transpose(1, 2)
     lv = left.view(k, 2, m2 // 2, nr)
@@ -38,12 +38,53 @@ def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs
     if vec_noise is not None:
         lv[..., r] = (signs.to(dt) * vec_scale).view(k, 2, 1)
         right = torch.cat([right, vec_noise.to(dt).unsqueeze(1)], dim=1)  # (K, r+1, dout)
-    right = right.contiguous()
-    yk = y.view(k, m2, dout)
+    return left, right.contiguous()
+
+
+def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
+                 vec_noise: Tensor | None = None, vec_scale: float = 0.0) -> Tensor:
+    """y += s * scale * (x @ x_factor) @ y_factorᵀ  (+ s * vec_scale * vec_noise), per member.
+
+    x (P*M.., din), y (P*M.., dout), x_factor (K, din, r), y_factor (K, dout, r),
+    signs (K, 2), vec_noise (K, dout).
+    """
+    k = x_factor.shape[0]
+    left, right = _lowrank_operands(x, x_factor, y_factor, signs, scale, vec_noise, vec_scale)
+    yk = y.view(k, left.shape[1], y.shape[-1])
     if torch.is_grad_enabled() and (y.requires_grad or x.requires_grad):
         return torch.baddbmm(yk, left, right).view_as(y)
     yk.baddbmm_(left, right)
     return y
+
+
+def lowrank_term_into(out: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
+                      bias: Tensor | None = None, vec_noise: Tensor | None = None, vec_scale: float = 0.0) -> Tensor:
+    """out = bias + s·scale·(x B)Aᵀ (+ s·vec_scale·e): everything of a perturbed linear but x Wᵀ.
+
+    Written first so that the base GEMM can accumulate onto it (``out.addmm_(x, Wᵀ)``, see
+    :func:`perturbed_linear`): the perturbation then costs one write of the output where
+    ``F.linear`` spends one anyway on broadcasting the bias, instead of an extra
+    read-modify-write pass after the GEMM.
+    """
+    k = x_factor.shape[0]
+    left, right = _lowrank_operands(x, x_factor, y_factor, signs, scale, vec_noise, vec_scale)
+    ok = out.view(k, left.shape[1], out.shape[-1])
+    if bias is None:
+        torch.bmm(left, right, out=ok)
+    else:
+        torch.baddbmm(bias.to(out.dtype).view(1, 1, -1), left, right, out=ok)
+    return out
+
+
+def perturbed_linear(x: Tensor, weight: Tensor, bias: Tensor | None, x_factor: Tensor, y_factor: Tensor,
+                     signs: Tensor, scale: float, vec_noise: Tensor | None = None, vec_scale: float = 0.0) -> Tensor:
+    """Population ``F.linear`` with W + s·scale·A Bᵀ (and b + s·vec_scale·e) per member; no grad."""
+    dout, din = weight.shape
+    x2 = x.reshape(-1, din)
+    y = torch.empty(x2.shape[0], dout, dtype=x.dtype, device=x.device)
+    lowrank_term_into(y, x2, x_factor, y_factor, signs, scale, bias, vec_noise, vec_scale)
+    y.addmm_(x2, weight.t())
+    return y.view(*x.shape[:-1], dout)
 
 
 def do_mm(x: Tensor, weight: Tensor, a: Tensor, b: Tensor, signs: Tensor, scale: float,

@@ -135,7 +135,7 @@ class AbstractStrategy:
         shaped, n_bad = self.shape_fitness(raw, pop)
         grads = self._estimate(shaped, pop, consume=True)
         self._clear_cache()
-        grad_norm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
+        grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])))
         for n in list(grads):
             # the estimate is a fresh tensor: negate it in place and hand it over, no copy
             g = grads.pop(n).neg_()
