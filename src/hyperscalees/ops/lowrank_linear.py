@@ -13,11 +13,12 @@ from torch import Tensor
 
 
 def _lowrank_operands(x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
-                      vec_noise: Tensor | None, vec_scale: float) -> tuple[Tensor, Tensor]:
-    """left (K, 2M, r[+1]) and right (K, r[+1], dout) with left @ right = each member's term.
+                      vec_noise: Tensor | None, vec_scale: float, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """left (K, 2M, r[+1][+1]) and right (K, r[+1][+1], dout) with left @ right = each member's term.
 
-    The term is s·scale·(x B)Aᵀ (+ s·vec_scale·e): a bias's full-rank noise rides along as
-    one extra rank column, so the whole perturbation is one batched GEMM.
+    The term is s·scale·(x B)Aᵀ (+ s·vec_scale·e) (+ b): a bias's full-rank noise and the
+    bias itself ride along as extra rank columns (left: the sign, or 1; right: e, or b),
+    so the whole non-GEMM part of a perturbed linear is one batched GEMM.
     """
     k, din, r = x_factor.shape
     dt = x.dtype
@@ -25,8 +26,8 @@ def _lowrank_operands(x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tens
     m2 = xk.shape[1]
     if m2 % 2:
         raise ValueError(f"{x.shape[0]} input rows cannot be split evenly over {2 * k} members")
-    nr = r + (vec_noise is not None)
-    left = torch.empty(k, m2, nr, dtype=dt, device=x.device)  # (K, 2M, r[+1])
+    nr = r + (vec_noise is not None) + (bias is not None)
+    left = torch.empty(k, m2, nr, dtype=dt, device=x.device)  # (K, 2M, nr)
     # u = x B computed as (Bᵀ xᵀ)ᵀ: with a unit-stride (K, r, din) left operand the batched
     # GEMM streams x once; bmm(xk, B) was 1.5-3x slower on CPU for small M, and a strided
     # view of B (no copy) 4x slower than copying it first.
@@ -34,11 +35,15 @@ def _lowrank_operands(x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tens
     left[..., :r] = torch.bmm(bt, xk.transpose(1, 2)).transpose(1, 2)
     lv = left.view(k, 2, m2 // 2, nr)
     lv[..., :r] *= (signs.to(dt) * scale).view(k, 2, 1, 1)
-    right = y_factor.to(dt).transpose(1, 2)  # (K, r, dout)
+    extra = [y_factor.to(dt).transpose(1, 2)]  # (K, r, dout)
     if vec_noise is not None:
         lv[..., r] = (signs.to(dt) * vec_scale).view(k, 2, 1)
-        right = torch.cat([right, vec_noise.to(dt).unsqueeze(1)], dim=1)  # (K, r+1, dout)
-    return left, right.contiguous()
+        extra.append(vec_noise.to(dt).unsqueeze(1))
+    if bias is not None:
+        left[..., nr - 1] = 1.0
+        extra.append(bias.to(dt).expand(k, 1, bias.shape[-1]))
+    right = torch.cat(extra, dim=1) if len(extra) > 1 else extra[0].contiguous()
+    return left, right
 
 
 def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
@@ -67,12 +72,9 @@ def lowrank_term_into(out: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor
     read-modify-write pass after the GEMM.
     """
     k = x_factor.shape[0]
-    left, right = _lowrank_operands(x, x_factor, y_factor, signs, scale, vec_noise, vec_scale)
-    ok = out.view(k, left.shape[1], out.shape[-1])
-    if bias is None:
-        torch.bmm(left, right, out=ok)
-    else:
-        torch.baddbmm(bias.to(out.dtype).view(1, 1, -1), left, right, out=ok)
+    # the bias is a rank column too: one write of ``out``, no broadcast copy before it
+    left, right = _lowrank_operands(x, x_factor, y_factor, signs, scale, vec_noise, vec_scale, bias)
+    torch.bmm(left, right, out=out.view(k, left.shape[1], out.shape[-1]))
     return out
 
 
