@@ -158,3 +158,29 @@ def test_ops_keep_low_precision_dtype():
     assert y.dtype == torch.bfloat16
     ref = do_mm_reference(x.float(), w.float(), a, b, signs_for(k, False), 0.1)
     torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=5e-2)   # stated bf16 tolerance
+
+
+@pytest.mark.parametrize("k,r,lead,baseline", CASES)
+@pytest.mark.parametrize("with_bias,with_noise", [(True, True), (True, False), (False, True), (False, False)])
+def test_perturbed_linear_no_grad_and_autograd_paths_agree(k, r, lead, baseline, with_bias, with_noise):
+    """do_mm without grad writes bias + perturbation first and accumulates the GEMM onto it;
+    with grad it adds the perturbation after F.linear. Both equal the materialized loop."""
+    g = gen(k * 13 + r)
+    din, dout = 7, 6
+    x = torch.randn(2 * k * lead[0], *lead[1:], din, generator=g)
+    w = torch.randn(dout, din, generator=g)
+    bias = torch.randn(dout, generator=g) if with_bias else None
+    e = torch.randn(k, dout, generator=g) if with_noise else None
+    a, b = torch.randn(k, dout, r, generator=g), torch.randn(k, din, r, generator=g)
+    s, scale, sigma = signs_for(k, baseline), 0.4 / math.sqrt(r), 0.2
+    ref = do_mm_reference(x, w, a, b, s, scale, bias, e, sigma)
+    with torch.no_grad():
+        fast = do_mm(x, w, a, b, s, scale, bias, e, sigma)
+    wg = w.clone().requires_grad_(True)
+    slow = do_mm(x, wg, a, b, s, scale, bias, e, sigma)
+    assert slow.requires_grad and not fast.requires_grad
+    torch.testing.assert_close(fast, ref, **TOL)
+    torch.testing.assert_close(slow.detach(), ref, **TOL)
+    if baseline:  # sign-0 members see exactly the base layer
+        m = x.shape[0] // (2 * k)
+        torch.testing.assert_close(fast[: 2 * m], torch.nn.functional.linear(x[: 2 * m], w, bias), rtol=0, atol=0)

@@ -92,6 +92,8 @@ def perturbed_linear(x: Tensor, weight: Tensor, bias: Tensor | None, x_factor: T
 def do_mm(x: Tensor, weight: Tensor, a: Tensor, b: Tensor, signs: Tensor, scale: float,
           bias: Tensor | None = None, bias_noise: Tensor | None = None, sigma: float = 0.0) -> Tensor:
     """x (W + s·scale·A Bᵀ)ᵀ (+ b + s·σ·e) for W stored (out, in); a (K, out, r), b (K, in, r)."""
+    if not torch.is_grad_enabled():
+        return perturbed_linear(x, weight, bias, b, a, signs, scale, bias_noise, sigma)
     y = F.linear(x, weight, bias)
     return add_lowrank_(y, x, b, a, signs, scale, bias_noise, sigma)
 
