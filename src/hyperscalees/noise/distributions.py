@@ -57,19 +57,36 @@ def bits_into_noise_(bits: Tensor, out: Tensor, distribution: str) -> Tensor:
     float pass that allocates nothing is one that writes where the values must end up.
     Gives exactly the values of the step-by-step definitions above.
     """
-    if distribution in ("gaussian", "int", "uniform"):
+    if distribution in GAUSSIAN_LIKE:
+        return finish_gaussian_(centred_uniform_from_bits_(bits, out), distribution)
+    if distribution == "uniform":
         bits >>= 9
         bits &= 0x7FFFFF
-        out.copy_(bits)  # int -> float conversion, straight into place
-        if distribution == "uniform":
-            # (top + 0.5)·2⁻²³·2√3 − √3, in the same float32 steps as to_unit_uniform
-            return out.add_(0.5).mul_(2.0**-23).mul_(2 * math.sqrt(3.0)).sub_(math.sqrt(3.0))
-        # 2u − 1 = top·2⁻²² + (2⁻²³ − 1): exact in float32, as is the two-step form
-        out.mul_(2.0**-22).add_(2.0**-23 - 1.0)
-        torch.erfinv(out, out=out).mul_(math.sqrt(2.0))
-        return out.mul_(INT_SCALE).trunc_() if distribution == "int" else out
+        # (top + 0.5)·2⁻²³·2√3 − √3, in the same float32 steps as to_unit_uniform
+        return out.copy_(bits).add_(0.5).mul_(2.0**-23).mul_(2 * math.sqrt(3.0)).sub_(math.sqrt(3.0))
     if distribution == "rademacher":
         bits >>= 31
         bits &= 1
         return out.copy_(bits).mul_(-2).add_(1)
     check_distribution(distribution)
+
+
+GAUSSIAN_LIKE = ("gaussian", "int")  # the distributions built on 2u − 1 and erfinv
+
+
+def centred_uniform_from_bits_(bits: Tensor, out: Tensor) -> Tensor:
+    """out = 2u − 1 from the top 23 bits, u as in :func:`to_unit_uniform`; consumes ``bits``.
+
+    2u − 1 = top·2⁻²² + (2⁻²³ − 1): exact in float32, as is the two-step form. The native
+    kernel (noise/_unit.c) computes the same values from the hash in one pass.
+    """
+    bits >>= 9
+    bits &= 0x7FFFFF
+    out.copy_(bits)  # int -> float conversion, straight into place
+    return out.mul_(2.0**-22).add_(2.0**-23 - 1.0)
+
+
+def finish_gaussian_(centred: Tensor, distribution: str) -> Tensor:
+    """2u − 1 in place -> √2·erfinv(2u − 1) (``gaussian``) or trunc(16·that) (``int``)."""
+    torch.erfinv(centred, out=centred).mul_(math.sqrt(2.0))
+    return centred.mul_(INT_SCALE).trunc_() if distribution == "int" else centred

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .distributions import bits_into_noise_
+from . import native
+from .distributions import GAUSSIAN_LIKE, bits_into_noise_, finish_gaussian_
 from .keys import element_bits, epoch_key, name_key, pair_keys
 from .population import Population
 
@@ -32,7 +33,13 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.f
     per = max(1, index[0].numel() if per_pair else index.numel())
     out = torch.empty(shape, dtype=torch.float32, device=index.device)
     flat = out.view(k, per)
-    idx = index.reshape(k, per) if per_pair else index.reshape(per)
+    idx = (index.reshape(k, per) if per_pair else index.reshape(per)).to(torch.int32)
+    fused = pop.distribution in GAUSSIAN_LIKE and idx.device.type == "cpu" and native.available()
+    if fused and idx.stride(-1) != 1:
+        idx = idx.contiguous()
+    if fused:  # one compiled pass for hash -> 2u − 1 (bit-identical to the torch ops), then erfinv
+        finish_gaussian_(native.centred_uniform_(pk, idx, flat, per_pair), pop.distribution)
+        return _cast(out, pop.distribution, dtype)
     # Large draws go block by block into the output: the hash's temporaries stay in
     # cache and are reused, instead of a dozen fresh (K, n) tensors (page faults).
     rows = max(1, BLOCK // per)
@@ -42,9 +49,12 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.f
         for c0 in range(0, per, cols):
             c1 = min(per, c0 + cols)
             sub = idx[r0:r1, c0:c1] if per_pair else idx[c0:c1]
-            bits = element_bits(pk[r0:r1].view(-1, 1), sub)
-            bits_into_noise_(bits, flat[r0:r1, c0:c1], pop.distribution)
-    if pop.distribution == "int" and dtype == torch.int8:
+            bits_into_noise_(element_bits(pk[r0:r1].view(-1, 1), sub), flat[r0:r1, c0:c1], pop.distribution)
+    return _cast(out, pop.distribution, dtype)
+
+
+def _cast(out: Tensor, distribution: str, dtype: torch.dtype) -> Tensor:
+    if distribution == "int" and dtype == torch.int8:
         return out.to(torch.int8)
     return out if dtype == torch.float32 else out.to(dtype)
 
