@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from ..nn.module_es import EGGROLL
+from ..engine.allocator import keep_freed_memory_env
 from .base import Report, environment, in_subprocess
 from .peer_drivers import DRIVERS, minimal_step
 
@@ -144,7 +145,7 @@ def run_peer(name: str, py: Path, population: int, gens: int, timeout: float) ->
     script.write_text(DRIVERS[name])
     p = subprocess.run([str(py), str(script), "--pop", str(population), "--gens", str(gens)],
                        capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+                       env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), **keep_freed_memory_env()})
     lines = p.stdout.strip().splitlines()
     if p.returncode != 0 or not lines:
         raise RuntimeError((p.stderr or p.stdout).strip()[-600:])
@@ -156,7 +157,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, peers=tuple(PEERS),
     c = configs(quick)
     rep = Report("peers", QUESTION, COLUMNS)
     kw = dict(population=c["population"], gens=c["gens"], chunk=c["chunk"], device=str(device))
-    probe = (lambda: in_subprocess(f"{__name__}:ours_probe", kw)) if isolate else (lambda: ours_probe(**kw))
+    probe = ((lambda: in_subprocess(f"{__name__}:ours_probe", kw, env=keep_freed_memory_env())) if isolate
+             else (lambda: ours_probe(**kw)))
     first = probe()
     results, status = {}, {}
     for name in peers:
@@ -205,5 +207,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, peers=tuple(PEERS),
         "processes, ours before and after them (pooled), so load drift between processes is not cancelled",
         "peers use their own shaping/update rules (z-score SGD, centered-rank Nesterov); this compares cost "
         "per generation at equal population and sigma, not sample efficiency",
+        "every process (ours and each peer's) runs with the same glibc malloc settings "
+        "(MALLOC_MMAP_THRESHOLD_/TRIM_THRESHOLD_/TOP_PAD_, as engine/allocator.py sets for the CLI)",
     ]
     return rep

@@ -30,3 +30,15 @@ def keep_freed_memory(mmap_threshold: int = 256 * MIB, trim_threshold: int = 102
     return all(mallopt(opt, val) == 1 for opt, val in ((_M_MMAP_THRESHOLD, mmap_threshold),
                                                        (_M_TRIM_THRESHOLD, trim_threshold),
                                                        (_M_TOP_PAD, top_pad)))
+
+
+def keep_freed_memory_env(mmap_threshold: int = 256 * MIB, trim_threshold: int = 1024 * MIB,
+                          top_pad: int = 256 * MIB) -> dict[str, str]:
+    """The same settings as environment variables, for child processes (glibc reads them at start).
+
+    Benchmarks give them to every process they compare (ours and the peers'), so an
+    allocator setting never decides a ratio.
+    """
+    return {"MALLOC_MMAP_THRESHOLD_": str(mmap_threshold), "MALLOC_TRIM_THRESHOLD_": str(trim_threshold),
+            "MALLOC_TOP_PAD_": str(top_pad)}
+
