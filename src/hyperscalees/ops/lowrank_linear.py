@@ -14,11 +14,12 @@ from torch import Tensor
 
 def _lowrank_operands(x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
                       vec_noise: Tensor | None, vec_scale: float, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """left (K, 2M, r[+1][+1]) and right (K, r[+1][+1], dout) with left @ right = each member's term.
+    """left (K, 2M, nr) and right (K, nr, dout) with left @ right = each member's term.
 
     The term is s·scale·(x B)Aᵀ (+ s·vec_scale·e) (+ b): a bias's full-rank noise and the
     bias itself ride along as extra rank columns (left: the sign, or 1; right: e, or b),
-    so the whole non-GEMM part of a perturbed linear is one batched GEMM.
+    so the whole non-GEMM part of a perturbed linear is one batched GEMM. Built from few
+    ops: at small widths their per-op overhead, not their bytes, is what costs.
     """
     k, din, r = x_factor.shape
     dt = x.dtype
@@ -26,23 +27,22 @@ def _lowrank_operands(x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tens
     m2 = xk.shape[1]
     if m2 % 2:
         raise ValueError(f"{x.shape[0]} input rows cannot be split evenly over {2 * k} members")
-    nr = r + (vec_noise is not None) + (bias is not None)
-    left = torch.empty(k, m2, nr, dtype=dt, device=x.device)  # (K, 2M, nr)
-    # u = x B computed as (Bᵀ xᵀ)ᵀ: with a unit-stride (K, r, din) left operand the batched
+    m = m2 // 2
+    # u = x B computed as (Bᵀ xᵀ): with a unit-stride (K, r, din) left operand the batched
     # GEMM streams x once; bmm(xk, B) was 1.5-3x slower on CPU for small M, and a strided
     # view of B (no copy) 4x slower than copying it first.
     bt = x_factor.to(dt).transpose(1, 2).contiguous()
-    left[..., :r] = torch.bmm(bt, xk.transpose(1, 2)).transpose(1, 2)
-    lv = left.view(k, 2, m2 // 2, nr)
-    lv[..., :r] *= (signs.to(dt) * scale).view(k, 2, 1, 1)
-    extra = [y_factor.to(dt).transpose(1, 2)]  # (K, r, dout)
+    u = torch.bmm(bt, xk.transpose(1, 2)).view(k, r, 2, m)  # (K, r, 2, M)
+    s = signs.to(dt).view(k, 1, 2, 1)
+    cols, rows = [u * (s * scale)], [y_factor.to(dt).transpose(1, 2)]  # (K, r, 2, M), (K, r, dout)
     if vec_noise is not None:
-        lv[..., r] = (signs.to(dt) * vec_scale).view(k, 2, 1)
-        extra.append(vec_noise.to(dt).unsqueeze(1))
+        cols.append((s * vec_scale).expand(k, 1, 2, m))
+        rows.append(vec_noise.to(dt).unsqueeze(1))
     if bias is not None:
-        left[..., nr - 1] = 1.0
-        extra.append(bias.to(dt).expand(k, 1, bias.shape[-1]))
-    right = torch.cat(extra, dim=1) if len(extra) > 1 else extra[0].contiguous()
+        cols.append(torch.ones((), dtype=dt, device=x.device).expand(k, 1, 2, m))
+        rows.append(bias.to(dt).expand(k, 1, bias.shape[-1]))
+    left = (torch.cat(cols, dim=1) if len(cols) > 1 else cols[0]).view(k, -1, m2).transpose(1, 2)
+    right = torch.cat(rows, dim=1) if len(rows) > 1 else rows[0].contiguous()
     return left, right
 
 
