@@ -82,6 +82,8 @@ def test_env_reports_versions(capsys):
     code, out, _ = invoke(["env", "--json"], capsys)
     info = json.loads(out)
     assert code == 0 and info["torch"] and info["torch_threads"] >= 1 and "default_device" in info
+    from hyperscalees.noise import native
+    assert info["native_noise_kernel"] is native.available()
 
 
 def test_python_dash_m_runs_the_cli():

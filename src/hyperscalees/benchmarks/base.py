@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..noise import native
+
 MIB = 1024 * 1024
 
 
@@ -288,4 +290,5 @@ def _clean(v):
 
 def environment() -> dict:
     return {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-            "python": sys.version.split()[0], "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+            "python": sys.version.split()[0], "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "native_noise_kernel": native.available()}

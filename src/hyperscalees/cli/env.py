@@ -10,6 +10,7 @@ import platform
 import torch
 
 from ..engine.checkpoint import package_version
+from ..noise import native
 
 
 def _version(dist: str) -> str | None:
@@ -31,6 +32,7 @@ def collect_env() -> dict:
         "mps_available": bool(mps and mps.is_available()),
         "default_device": "cuda" if cuda else "cpu", "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
+        "native_noise_kernel": native.available(),  # the compiled CPU noise loop (noise/native.py)
     }
 
 
