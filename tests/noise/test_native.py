@@ -80,3 +80,34 @@ def test_build_goes_to_the_cache_dir_once(monkeypatch, tmp_path):
     stamp = first.stat().st_mtime_ns
     assert native._build(cc) == first and first.stat().st_mtime_ns == stamp   # reused, not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [first.name]                 # no temp files left
+
+
+@needs_kernel
+def test_a_forked_child_can_still_draw():
+    """The thread pool is per process: a child forked after the parent used it must not hang."""
+    import os
+    import select
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        pk, idx = keys(8), torch.arange(1 << 16, dtype=torch.int32)
+        parent = native.centred_uniform_(pk, idx, torch.empty(8, 1 << 16), per_pair=False)  # pool now exists
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: draw with two threads, report the checksum, never return into pytest
+            try:  # numpy for the checksum: torch's own OpenMP ops are not fork-safe, ours must be
+                out = native.centred_uniform_(pk, idx, torch.empty(8, 1 << 16), per_pair=False)
+                os.write(write, repr(float(out.numpy().astype("float64").sum())).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        ready, _, _ = select.select([read], [], [], 60)
+        got = os.read(read, 100).decode() if ready else ""
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(read)
+        assert got, "the forked child hung drawing noise"
+        assert float(got) == float(parent.numpy().astype("float64").sum())
+    finally:
+        torch.set_num_threads(old)

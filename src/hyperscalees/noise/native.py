@@ -91,14 +91,18 @@ def available() -> bool:
 
 
 _pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
 _pool_lock = threading.Lock()
 
 
 def _workers(n: int) -> ThreadPoolExecutor:
-    global _pool
+    """A pool of at least ``n`` threads, made afresh in a forked child: the parent's pool
+    threads do not exist there, and work queued to them would wait forever."""
+    global _pool, _pool_pid
     with _pool_lock:
-        if _pool is None or _pool._max_workers < n:
+        if _pool is None or _pool_pid != os.getpid() or _pool._max_workers < n:
             _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="hs-noise")
+            _pool_pid = os.getpid()
         return _pool
 
 
