@@ -93,9 +93,10 @@ def _lowrank_linear_forward(ctx: _Context, mod: nn.Linear, wname: str, bname: st
         x2 = x.reshape(-1, din)
         y = torch.empty(x2.shape[0], dout, dtype=x.dtype, device=x.device)
         m = x2.shape[0] // (2 * ctx.k)  # rows per member
-        r1 = ctx.pop.rank + 1
-        # per pair: its draw, the copied GEMM operands and the (2M, r+1) left factor
-        per_pair = 4 * ((din + dout) * r1 + dout * r1 + 2 * m * r1)
+        r = ctx.pop.rank
+        # per pair: its draw (din + dout)·r, the copied Bᵀ (din·r) and [Aᵀ; e; b] ((r+2)·dout),
+        # and the (2M, r+2) left factor with its scaled u
+        per_pair = 4 * ((din + dout) * r + din * r + (r + 2) * dout + 2 * 2 * m * (r + 2))
         for k0, k1 in ctx.pair_blocks(per_pair):
             wn = ctx.noise(wname, k0, k1)
             bn = ctx.noise(bname, k0, k1) if bname else None
