@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..noise.sampling import full_rows, lowrank_b, lowrank_rows
-from ..ops.lowrank_linear import get_noisy_standard, lowrank_term_into
+from ..ops.lowrank_linear import LowrankPlan, get_noisy_standard, lowrank_plan, lowrank_term_into, plan_term_into
 from ..strategies.param_spec import ESMode
 from .es_map import owned_parameters
 
@@ -97,15 +97,37 @@ def _lowrank_linear_forward(ctx: _Context, mod: nn.Linear, wname: str, bname: st
         # per pair: its draw (din + dout)·r, the copied Bᵀ (din·r) and [Aᵀ; e; b] ((r+2)·dout),
         # and the (2M, r+2) left factor with its scaled u
         per_pair = 4 * ((din + dout) * r + din * r + (r + 2) * dout + 2 * 2 * m * (r + 2))
+        plan = _step_plan(ctx, mod, wname, bname, x.dtype)
         for k0, k1 in ctx.pair_blocks(per_pair):
+            rows = slice(2 * k0 * m, 2 * k1 * m)
+            if plan is not None:
+                p0 = ctx.lo // 2
+                plan_term_into(y[rows], x2[rows], plan.slice(p0 + k0, p0 + k1))
+                continue
             wn = ctx.noise(wname, k0, k1)
             bn = ctx.noise(bname, k0, k1) if bname else None
-            rows = slice(2 * k0 * m, 2 * k1 * m)
             lowrank_term_into(y[rows], x2[rows], wn.b, wn.a, wn.signs, wn.scale, mod.bias,
                               bn.eps if bn else None, wn.sigma)
         y.addmm_(x2, mod.weight.t())
         return y.view(*x.shape[:-1], dout)
     return forward
+
+
+def _step_plan(ctx: _Context, mod: nn.Linear, wname: str, bname: str | None, dtype) -> LowrankPlan | None:
+    """The layer's whole-population GEMM plan for this step, made once and kept with the
+    strategy's noise cache while it fits the budget (None past it: build per call)."""
+    strategy, pop = ctx.strategy, ctx.pop
+    wn = strategy.cached_noise(wname, pop)
+    bn = strategy.cached_noise(bname, pop) if bname else None
+    if wn is None or (bname and bn is None):
+        return None
+    bias = mod.bias
+    key = ("linear-plan", wname, bname, dtype, None if bias is None else bias._version)
+    k, din, r = wn.b.shape
+    dout = wn.a.shape[1]
+    nbytes = 4 * k * (r * din + (r + 2) * dout + 4)
+    return strategy.memo(pop, key, nbytes, lambda: lowrank_plan(
+        wn.b, wn.a, wn.signs, wn.scale, bn.eps if bn else None, wn.sigma, bias, dtype))
 
 
 def _linear_hook(ctx: _Context, wname, bname):

@@ -7,43 +7,80 @@ factor products run once per pair; the sign is applied to the small (K, 2, M, r)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 
-def _lowrank_operands(x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
-                      vec_noise: Tensor | None, vec_scale: float, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """left (K, 2M, nr) and right (K, nr, dout) with left @ right = each member's term.
+@dataclass(frozen=True)
+class LowrankPlan:
+    """Everything of a layer's perturbation that does not depend on its input.
 
-    The term is s·scale·(x B)Aᵀ (+ s·vec_scale·e) (+ b): a bias's full-rank noise and the
-    bias itself ride along as extra rank columns (left: the sign, or 1; right: e, or b),
-    so the whole non-GEMM part of a perturbed linear is one batched GEMM. Built from few
-    ops: at small widths their per-op overhead, not their bytes, is what costs.
+    ``bt`` (K, r, din) is Bᵀ with unit-stride rows; ``right`` (K, nr, dout) stacks Aᵀ, then
+    the bias noise e and the bias b when present; ``s_u`` / ``s_e`` (K, 1, 2, 1) are the
+    members' signs times the low-rank and the bias-noise scales. Built once, a plan serves
+    every chunk and every call of a step (``slice`` gives a chunk's pairs as views), which
+    matters when a small policy is called once per environment step.
     """
-    k, din, r = x_factor.shape
-    dt = x.dtype
+    bt: Tensor
+    right: Tensor
+    s_u: Tensor
+    s_e: Tensor | None
+    with_bias: bool
+
+    def slice(self, k0: int, k1: int) -> "LowrankPlan":
+        return LowrankPlan(self.bt[k0:k1], self.right[k0:k1], self.s_u[k0:k1],
+                           None if self.s_e is None else self.s_e[k0:k1], self.with_bias)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.bt, self.right, self.s_u))
+
+
+def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def lowrank_plan(x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float, vec_noise: Tensor | None = None,
+                 vec_scale: float = 0.0, bias: Tensor | None = None, dtype: torch.dtype = torch.float32) -> LowrankPlan:
+    """The :class:`LowrankPlan` of s·scale·(x B)Aᵀ (+ s·vec_scale·e) (+ b).
+
+    The bias noise and the bias ride along as extra rank columns (left: the sign, or 1;
+    right: e, or b), so the whole non-GEMM part of a perturbed linear is one batched GEMM.
+    Bᵀ is copied to unit stride: bmm on a strided view was 4x slower on CPU.
+    """
+    k = x_factor.shape[0]
+    s = _as(signs, dtype).view(k, 1, 2, 1)
+    rows = [_as(y_factor, dtype).transpose(1, 2)]  # (K, r, dout)
+    if vec_noise is not None:
+        rows.append(_as(vec_noise, dtype).unsqueeze(1))
+    if bias is not None:
+        rows.append(_as(bias, dtype).expand(k, 1, bias.shape[-1]))
+    right = torch.cat(rows, dim=1) if len(rows) > 1 else rows[0].contiguous()
+    return LowrankPlan(_as(x_factor, dtype).transpose(1, 2).contiguous(), right, s * scale,
+                       None if vec_noise is None else s * vec_scale, bias is not None)
+
+
+def _left(x: Tensor, plan: LowrankPlan) -> Tensor:
+    """left (K, 2M, nr) with left @ plan.right = each member's term, from few ops: at small
+    widths their per-op overhead, not their bytes, is what costs."""
+    k, r, din = plan.bt.shape
     xk = x.reshape(k, -1, din)  # (K, 2M, din)
     m2 = xk.shape[1]
     if m2 % 2:
         raise ValueError(f"{x.shape[0]} input rows cannot be split evenly over {2 * k} members")
     m = m2 // 2
     # u = x B computed as (Bᵀ xᵀ): with a unit-stride (K, r, din) left operand the batched
-    # GEMM streams x once; bmm(xk, B) was 1.5-3x slower on CPU for small M, and a strided
-    # view of B (no copy) 4x slower than copying it first.
-    bt = x_factor.to(dt).transpose(1, 2).contiguous()
-    u = torch.bmm(bt, xk.transpose(1, 2)).view(k, r, 2, m)  # (K, r, 2, M)
-    s = signs.to(dt).view(k, 1, 2, 1)
-    cols, rows = [u * (s * scale)], [y_factor.to(dt).transpose(1, 2)]  # (K, r, 2, M), (K, r, dout)
-    if vec_noise is not None:
-        cols.append((s * vec_scale).expand(k, 1, 2, m))
-        rows.append(vec_noise.to(dt).unsqueeze(1))
-    if bias is not None:
-        cols.append(torch.ones((), dtype=dt, device=x.device).expand(k, 1, 2, m))
-        rows.append(bias.to(dt).expand(k, 1, bias.shape[-1]))
-    left = (torch.cat(cols, dim=1) if len(cols) > 1 else cols[0]).view(k, -1, m2).transpose(1, 2)
-    right = torch.cat(rows, dim=1) if len(rows) > 1 else rows[0].contiguous()
-    return left, right
+    # GEMM streams x once; bmm(xk, B) was 1.5-3x slower on CPU for small M.
+    u = torch.bmm(plan.bt, xk.transpose(1, 2)).view(k, r, 2, m)  # (K, r, 2, M)
+    cols = [u * plan.s_u]
+    if plan.s_e is not None:
+        cols.append(plan.s_e.expand(k, 1, 2, m))
+    if plan.with_bias:
+        cols.append(torch.ones((), dtype=u.dtype, device=u.device).expand(k, 1, 2, m))
+    return (torch.cat(cols, dim=1) if len(cols) > 1 else cols[0]).view(k, -1, m2).transpose(1, 2)
 
 
 def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
@@ -54,11 +91,12 @@ def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs
     signs (K, 2), vec_noise (K, dout).
     """
     k = x_factor.shape[0]
-    left, right = _lowrank_operands(x, x_factor, y_factor, signs, scale, vec_noise, vec_scale)
+    plan = lowrank_plan(x_factor, y_factor, signs, scale, vec_noise, vec_scale, dtype=x.dtype)
+    left = _left(x, plan)
     yk = y.view(k, left.shape[1], y.shape[-1])
     if torch.is_grad_enabled() and (y.requires_grad or x.requires_grad):
-        return torch.baddbmm(yk, left, right).view_as(y)
-    yk.baddbmm_(left, right)
+        return torch.baddbmm(yk, left, plan.right).view_as(y)
+    yk.baddbmm_(left, plan.right)
     return y
 
 
@@ -71,11 +109,27 @@ def lowrank_term_into(out: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor
     ``F.linear`` spends one anyway on broadcasting the bias, instead of an extra
     read-modify-write pass after the GEMM.
     """
-    k = x_factor.shape[0]
+    return plan_term_into(out, x, lowrank_plan(x_factor, y_factor, signs, scale, vec_noise, vec_scale, bias, x.dtype))
+
+
+def plan_term_into(out: Tensor, x: Tensor, plan: LowrankPlan) -> Tensor:
+    """:func:`lowrank_term_into` from a prepared :class:`LowrankPlan`."""
+    left = _left(x, plan)
+    k, m2, nr = left.shape
+    ok = out.view(k, m2, out.shape[-1])
+    if nr * m2 * out.shape[-1] < _TORCH_NAIVE_BMM:
+        # torch runs such small batched products with a scalar loop (4x slower here at
+        # M=1, width 64: one policy step of an RL population); nr fused multiply-adds are not
+        torch.mul(left[..., :1], plan.right[:, :1], out=ok)
+        for c in range(1, nr):
+            ok.addcmul_(left[..., c:c + 1], plan.right[:, c:c + 1])
+        return out
     # the bias is a rank column too: one write of ``out``, no broadcast copy before it
-    left, right = _lowrank_operands(x, x_factor, y_factor, signs, scale, vec_noise, vec_scale, bias)
-    torch.bmm(left, right, out=out.view(k, left.shape[1], out.shape[-1]))
+    torch.bmm(left, plan.right, out=ok)
     return out
+
+
+_TORCH_NAIVE_BMM = 400  # torch's CPU bmm uses a plain loop below this many multiply-adds per matrix
 
 
 def perturbed_linear(x: Tensor, weight: Tensor, bias: Tensor | None, x_factor: Tensor, y_factor: Tensor,

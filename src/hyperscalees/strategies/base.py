@@ -95,8 +95,32 @@ class AbstractStrategy:
             self._cache_bytes += nbytes
         return self._cache[name]
 
+    def cached_noise(self, name: str, pop: Population) -> Noise | None:
+        """The whole-population draw of ``name`` for this step if it fits the cache budget."""
+        return self._whole_noise(name, pop)
+
+    def memo(self, pop: Population, key, nbytes: int, make: Callable[[], object]):
+        """A value derived from this step's noise (a layer's GEMM plan), made once per step.
+
+        Made only when asked for a second time in the step (a later chunk, or the next
+        environment step of a policy): a value used once would only take cache budget
+        from the noise itself. Dropped with the noise cache and counted against the same
+        ``noise_cache_mib`` budget; returns None when not made, and the caller works without.
+        """
+        if self._cache_pop != pop:
+            self._clear_cache(pop)
+        if key not in self._memo:
+            if key not in self._memo_asked:
+                self._memo_asked.add(key)
+                return None
+            if self._cache_bytes + nbytes > self.config.noise_cache_mib * 2**20:
+                return None
+            self._memo[key] = make()
+            self._cache_bytes += nbytes
+        return self._memo[key]
+
     def _clear_cache(self, pop: Population | None = None) -> None:
-        self._cache, self._cache_pop, self._cache_bytes = {}, pop, 0
+        self._cache, self._memo, self._memo_asked, self._cache_pop, self._cache_bytes = {}, {}, set(), pop, 0
 
     # -- tell ----------------------------------------------------------------------------
     def shape_fitness(self, fitness, pop: Population) -> tuple[Tensor, int]:
