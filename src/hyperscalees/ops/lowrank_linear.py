@@ -18,25 +18,28 @@ from torch import Tensor
 class LowrankPlan:
     """Everything of a layer's perturbation that does not depend on its input.
 
-    ``bt`` (K, r, din) is Bᵀ with unit-stride rows; ``right`` (K, nr, dout) stacks Aᵀ, then
-    the bias noise e and the bias b when present; ``s_u`` / ``s_e`` (K, 1, 2, 1) are the
-    members' signs times the low-rank and the bias-noise scales. Built once, a plan serves
-    every chunk and every call of a step (``slice`` gives a chunk's pairs as views), which
-    matters when a small policy is called once per environment step.
+    ``bt`` (K, r, din) is Bᵀ with unit-stride rows (bmm on a strided view was 4x slower).
+    At rank 1 the term is one broadcast multiply-add, out = const + u·a_s, with
+    ``a_s`` (K, 2, 1, dout) = each member's sign·scale·Aᵀ and ``const`` (K, 2, 1, dout) =
+    its s·vec_scale·e + b (None if neither): faster than any batched GEMM with an inner
+    dimension of 1-3 (measured 1.1-12x). At rank > 1 it is a bmm of left (K, 2M, nr) with
+    ``right`` (K, nr, dout) = [Aᵀ; e; b], ``s_u``/``s_e`` (K, 1, 2, 1) scaling left's columns.
+
+    Built once, a plan serves every chunk and every call of a step (``slice`` gives a
+    chunk's pairs as views), which matters when a small policy runs once per env step.
     """
     bt: Tensor
-    right: Tensor
-    s_u: Tensor
-    s_e: Tensor | None
-    with_bias: bool
+    a_s: Tensor | None = None
+    const: Tensor | None = None
+    right: Tensor | None = None
+    s_u: Tensor | None = None
+    s_e: Tensor | None = None
+    with_bias: bool = False
 
     def slice(self, k0: int, k1: int) -> "LowrankPlan":
-        return LowrankPlan(self.bt[k0:k1], self.right[k0:k1], self.s_u[k0:k1],
-                           None if self.s_e is None else self.s_e[k0:k1], self.with_bias)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.bt, self.right, self.s_u))
+        cut = lambda t: None if t is None else t[k0:k1]
+        return LowrankPlan(cut(self.bt), cut(self.a_s), cut(self.const), cut(self.right), cut(self.s_u),
+                           cut(self.s_e), self.with_bias)
 
 
 def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
@@ -45,37 +48,44 @@ def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
 
 def lowrank_plan(x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float, vec_noise: Tensor | None = None,
                  vec_scale: float = 0.0, bias: Tensor | None = None, dtype: torch.dtype = torch.float32) -> LowrankPlan:
-    """The :class:`LowrankPlan` of s·scale·(x B)Aᵀ (+ s·vec_scale·e) (+ b).
-
-    The bias noise and the bias ride along as extra rank columns (left: the sign, or 1;
-    right: e, or b), so the whole non-GEMM part of a perturbed linear is one batched GEMM.
-    Bᵀ is copied to unit stride: bmm on a strided view was 4x slower on CPU.
-    """
-    k = x_factor.shape[0]
-    s = _as(signs, dtype).view(k, 1, 2, 1)
+    """The :class:`LowrankPlan` of s·scale·(x B)Aᵀ (+ s·vec_scale·e) (+ b)."""
+    k, _, r = x_factor.shape
+    bt = _as(x_factor, dtype).transpose(1, 2).contiguous()
+    s = _as(signs, dtype).view(k, 2, 1, 1)
+    if r == 1:
+        const = None
+        if vec_noise is not None:
+            const = s * vec_scale * _as(vec_noise, dtype).view(k, 1, 1, -1)
+        if bias is not None:
+            b = _as(bias, dtype).view(1, 1, 1, -1)
+            const = b.expand(k, 2, 1, b.shape[-1]).contiguous() if const is None else const + b
+        return LowrankPlan(bt, a_s=(s * scale) * _as(y_factor, dtype).view(k, 1, 1, -1), const=const)
+    s = s.view(k, 1, 2, 1)
     rows = [_as(y_factor, dtype).transpose(1, 2)]  # (K, r, dout)
     if vec_noise is not None:
         rows.append(_as(vec_noise, dtype).unsqueeze(1))
     if bias is not None:
         rows.append(_as(bias, dtype).expand(k, 1, bias.shape[-1]))
     right = torch.cat(rows, dim=1) if len(rows) > 1 else rows[0].contiguous()
-    return LowrankPlan(_as(x_factor, dtype).transpose(1, 2).contiguous(), right, s * scale,
-                       None if vec_noise is None else s * vec_scale, bias is not None)
+    return LowrankPlan(bt, right=right, s_u=s * scale, s_e=None if vec_noise is None else s * vec_scale,
+                       with_bias=bias is not None)
 
 
-def _left(x: Tensor, plan: LowrankPlan) -> Tensor:
-    """left (K, 2M, nr) with left @ plan.right = each member's term, from few ops: at small
-    widths their per-op overhead, not their bytes, is what costs."""
+def _u(x: Tensor, plan: LowrankPlan) -> Tensor:
+    """u = x B per member, (K, r, 2M): as (Bᵀ xᵀ), a unit-stride left operand, so the batched
+    GEMM streams x once (bmm(xk, B) was 1.5-3x slower on CPU for small M)."""
     k, r, din = plan.bt.shape
     xk = x.reshape(k, -1, din)  # (K, 2M, din)
-    m2 = xk.shape[1]
-    if m2 % 2:
+    if xk.shape[1] % 2:
         raise ValueError(f"{x.shape[0]} input rows cannot be split evenly over {2 * k} members")
+    return torch.bmm(plan.bt, xk.transpose(1, 2))
+
+
+def _left(u: Tensor, plan: LowrankPlan) -> Tensor:
+    """left (K, 2M, nr) with left @ plan.right = each member's term (rank > 1)."""
+    k, r, m2 = u.shape
     m = m2 // 2
-    # u = x B computed as (Bᵀ xᵀ): with a unit-stride (K, r, din) left operand the batched
-    # GEMM streams x once; bmm(xk, B) was 1.5-3x slower on CPU for small M.
-    u = torch.bmm(plan.bt, xk.transpose(1, 2)).view(k, r, 2, m)  # (K, r, 2, M)
-    cols = [u * plan.s_u]
+    cols = [u.view(k, r, 2, m) * plan.s_u]
     if plan.s_e is not None:
         cols.append(plan.s_e.expand(k, 1, 2, m))
     if plan.with_bias:
@@ -92,11 +102,17 @@ def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs
     """
     k = x_factor.shape[0]
     plan = lowrank_plan(x_factor, y_factor, signs, scale, vec_noise, vec_scale, dtype=x.dtype)
-    left = _left(x, plan)
-    yk = y.view(k, left.shape[1], y.shape[-1])
-    if torch.is_grad_enabled() and (y.requires_grad or x.requires_grad):
-        return torch.baddbmm(yk, left, plan.right).view_as(y)
-    yk.baddbmm_(left, plan.right)
+    if torch.is_grad_enabled() and (y.requires_grad or x.requires_grad):  # out-of-place, differentiable
+        return y + plan_term(x, plan).view_as(y)
+    if plan.right is None:  # rank 1: y += u·a_s (+ const), two broadcast multiply-adds
+        u = _u(x, plan)
+        yk = y.view(k, 2, -1, y.shape[-1])
+        yk.addcmul_(u.view(k, 2, -1, 1), plan.a_s)
+        if plan.const is not None:
+            yk.add_(plan.const)
+        return y
+    left = _left(_u(x, plan), plan)
+    y.view(k, left.shape[1], y.shape[-1]).baddbmm_(left, plan.right)
     return y
 
 
@@ -112,24 +128,32 @@ def lowrank_term_into(out: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor
     return plan_term_into(out, x, lowrank_plan(x_factor, y_factor, signs, scale, vec_noise, vec_scale, bias, x.dtype))
 
 
+def plan_term(x: Tensor, plan: LowrankPlan) -> Tensor:
+    """The term of :func:`plan_term_into` as a new tensor (K, 2M, dout); autograd-friendly."""
+    u = _u(x, plan)
+    k, r, m2 = u.shape
+    if plan.right is None:
+        uk = u.view(k, 2, m2 // 2, 1)
+        t = uk * plan.a_s if plan.const is None else torch.addcmul(plan.const, uk, plan.a_s)
+        return t.reshape(k, m2, -1)
+    return torch.bmm(_left(u, plan), plan.right)
+
+
 def plan_term_into(out: Tensor, x: Tensor, plan: LowrankPlan) -> Tensor:
-    """:func:`lowrank_term_into` from a prepared :class:`LowrankPlan`."""
-    left = _left(x, plan)
-    k, m2, nr = left.shape
-    ok = out.view(k, m2, out.shape[-1])
-    if nr * m2 * out.shape[-1] < _TORCH_NAIVE_BMM:
-        # torch runs such small batched products with a scalar loop (4x slower here at
-        # M=1, width 64: one policy step of an RL population); nr fused multiply-adds are not
-        torch.mul(left[..., :1], plan.right[:, :1], out=ok)
-        for c in range(1, nr):
-            ok.addcmul_(left[..., c:c + 1], plan.right[:, c:c + 1])
+    """:func:`lowrank_term_into` from a prepared :class:`LowrankPlan`: one write of ``out``."""
+    u = _u(x, plan)
+    k, r, m2 = u.shape
+    if plan.right is None:  # rank 1
+        ok = out.view(k, 2, m2 // 2, out.shape[-1])
+        uk = u.view(k, 2, m2 // 2, 1)
+        if plan.const is None:
+            torch.mul(uk, plan.a_s, out=ok)
+        else:
+            torch.addcmul(plan.const, uk, plan.a_s, out=ok)
         return out
-    # the bias is a rank column too: one write of ``out``, no broadcast copy before it
-    torch.bmm(left, plan.right, out=ok)
+    left = _left(u, plan)
+    torch.bmm(left, plan.right, out=out.view(k, m2, out.shape[-1]))
     return out
-
-
-_TORCH_NAIVE_BMM = 400  # torch's CPU bmm uses a plain loop below this many multiply-adds per matrix
 
 
 def perturbed_linear(x: Tensor, weight: Tensor, bias: Tensor | None, x_factor: Tensor, y_factor: Tensor,
