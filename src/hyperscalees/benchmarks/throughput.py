@@ -33,7 +33,7 @@ def configs(quick: bool) -> dict:
         return dict(kinds=("mlp", "lm"), widths=(32,), shapes=((1, 16), (4, 8)), openes_width=32,
                     openes_members=4, chunk_tokens=16, warmup=1, repeats=2, memory=False)
     return dict(kinds=("mlp", "lm"), widths=(256, 512, 1024), shapes=((1, 4096), (16, 1024), (64, 256)),
-                openes_width=1024, openes_members=16, chunk_tokens=CHUNK_TOKENS, warmup=1, repeats=5, memory=True)
+                openes_width=1024, openes_members=16, chunk_tokens=CHUNK_TOKENS, warmup=2, repeats=9, memory=True)
 
 
 def _chunk(seq: int, pop: int, chunk_tokens: int) -> int:
