@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..noise.sampling import full_rows, lowrank_b, lowrank_rows
-from ..ops.lowrank_linear import LowrankPlan, get_noisy_standard, lowrank_plan, lowrank_term_into, plan_term_into
+from ..ops.lowrank_linear import get_noisy_standard, lowrank_term_into
+from ..ops.lowrank_plan import LowrankPlan, lowrank_plan, plan_term_into
 from ..strategies.param_spec import ESMode
 from .es_map import owned_parameters
 
