@@ -100,13 +100,16 @@ def test_linear_pair_blocks_give_the_same_forward(monkeypatch, cache_mib):
     torch.testing.assert_close(part, whole[12:], rtol=0, atol=0)
 
 
-def test_repeated_calls_in_a_step_reuse_a_plan_and_stay_exact():
+@pytest.mark.parametrize("rank", [1, 3])
+def test_repeated_calls_in_a_step_reuse_a_plan_and_stay_exact(rank):
     """A policy called many times per step (RL) gets its layer plans made once; every call
-    gives the same bits, and an in-place change of a bias mid-step is seen."""
+    gives the same bits as the materialized members, and an in-place change of a bias
+    mid-step is seen."""
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(5, 64), nn.Tanh(), nn.Linear(64, 3))
-    es = hs.EGGROLL(model, population=8, sigma=0.1, rank=1, seed=4)
+    es = hs.EGGROLL(model, population=8, sigma=0.1, rank=rank, seed=4)
     x = torch.randn(8, 5)
+    pop = es.ask()
     with es.perturbed():
         outs = [model(x) for _ in range(3)]                   # ask, build, reuse
         assert len(es.strategy._memo) == 2                      # one plan per Linear
@@ -114,6 +117,12 @@ def test_repeated_calls_in_a_step_reuse_a_plan_and_stay_exact():
             model[2].bias += 1.0
         shifted = model(x)
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
+    with torch.no_grad():
+        model[2].bias -= 1.0                                      # back to the step's weights
+        for i in range(8):
+            ref = member_model(model, es, pop, i)(x[i:i + 1])
+            torch.testing.assert_close(outs[2][i:i + 1], ref, rtol=1e-5, atol=1e-5)
+        model[2].bias += 1.0
     torch.testing.assert_close(shifted, outs[0] + 1.0, rtol=0, atol=1e-5)
     es.tell(torch.randn(8))
     assert es.strategy._memo == {}                              # dropped with the step's noise
