@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .lowrank_plan import left_operand, lowrank_plan, plan_term, plan_term_into, project_input
+from .lowrank_plan import lowrank_plan, plan_term, plan_term_into
 
 
 def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
@@ -21,20 +21,11 @@ def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs
     x (P*M.., din), y (P*M.., dout), x_factor (K, din, r), y_factor (K, dout, r),
     signs (K, 2), vec_noise (K, dout).
     """
-    k = x_factor.shape[0]
     plan = lowrank_plan(x_factor, y_factor, signs, scale, vec_noise, vec_scale, dtype=x.dtype)
+    term = plan_term(x, plan).view_as(y)
     if torch.is_grad_enabled() and (y.requires_grad or x.requires_grad):  # out-of-place, differentiable
-        return y + plan_term(x, plan).view_as(y)
-    if plan.right is None:  # rank 1: y += u·a_s (+ const), two broadcast multiply-adds
-        u = project_input(x, plan)
-        yk = y.view(k, 2, -1, y.shape[-1])
-        yk.addcmul_(u.view(k, 2, -1, 1), plan.a_s)
-        if plan.const is not None:
-            yk.add_(plan.const)
-        return y
-    left = left_operand(project_input(x, plan), plan)
-    y.view(k, left.shape[1], y.shape[-1]).baddbmm_(left, plan.right)
-    return y
+        return y + term
+    return y.add_(term)
 
 
 def lowrank_term_into(out: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
