@@ -115,3 +115,11 @@ def test_cli_bench_quick_json_last_line_and_out_file(capsys, tmp_path, monkeypat
     assert out.read_text().strip().splitlines()[-1] == last
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "nope"])
+
+
+def test_calls_quick_reports_a_ratio_per_population():
+    from hyperscalees.benchmarks import calls
+    rep = calls.run(quick=True, log=quiet)
+    d = json.loads(rep.to_json())
+    assert [r["population"] for r in d["rows"]] == list(calls.configs(True)["populations"])
+    assert 0 < d["es_over_inference"] and all(r["es_ms"] > 0 and r["infer_ms"] > 0 for r in d["rows"])

@@ -9,7 +9,7 @@ import importlib
 import sys
 from pathlib import Path
 
-BENCHMARKS = ("throughput", "population", "peers")
+BENCHMARKS = ("throughput", "population", "peers", "calls")
 
 
 def register(subparsers) -> None:
