@@ -9,7 +9,8 @@ import pytest
 import hyperscalees
 
 ROOT = Path(hyperscalees.__file__).parent
-LAYERS = ["noise", "ops", "strategies", "nn", "functional", "tasks", "engine", "distributed", "benchmarks", "cli"]
+LAYERS = ["noise", "ops", "strategies", "nn", "models", "functional", "tasks", "engine", "distributed", "benchmarks",
+          "cli"]
 TOP = len(LAYERS)  # top-level modules (hyperscalees/__init__.py, __main__.py) may import anything
 HEAVY = {"ray": {"distributed/ray.py"}, "transformers": {"nn/hf.py"}, "vllm": {"distributed/ray.py", "nn/hf.py"},
          "argparse": {f"cli/{p.name}" for p in (ROOT / "cli").glob("*.py")}}

@@ -1,9 +1,11 @@
 """hyperscalees: evolution strategies at the hyperscale, in PyTorch (EGGROLL, arXiv:2511.16652)."""
-from .nn import EGGROLL, OpenES, perturbation
-from .noise import Population
-from .strategies import ESConfig, ESMode, centered_rank, group_normalize, pair_sign, z_score
+from .distributed import LocalBackend, evaluate
+from .nn import EGGROLL, AbstractLayer, OpenES, perturbation, register_layer
+from .noise import ESMode, NoiseStore, ParamSpec, Population
+from .strategies import AbstractUpdateRule, ESConfig, centered_rank, group_normalize, pair_sign, z_score
 
 __version__ = "0.1.0"
 
-__all__ = ["EGGROLL", "ESConfig", "ESMode", "OpenES", "Population", "centered_rank", "group_normalize",
-           "pair_sign", "perturbation", "z_score", "__version__"]
+__all__ = ["AbstractLayer", "AbstractUpdateRule", "EGGROLL", "ESConfig", "ESMode", "LocalBackend", "NoiseStore",
+           "OpenES", "ParamSpec", "Population", "centered_rank", "evaluate", "group_normalize", "pair_sign",
+           "perturbation", "register_layer", "z_score", "__version__"]

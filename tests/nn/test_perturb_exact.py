@@ -84,14 +84,14 @@ def test_hooks_removed_after_context():
 @pytest.mark.parametrize("cache_mib", [64.0, 0.0])
 def test_linear_pair_blocks_give_the_same_forward(monkeypatch, cache_mib):
     """Working through a layer's pairs block by block (bounded memory) changes no value."""
-    import hyperscalees.nn.perturb as perturb
+    import hyperscalees.nn.layers.base as layer_base
     torch.manual_seed(2)
     model = nn.Sequential(nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 4, bias=False))
     es = hs.EGGROLL(model, population=10, sigma=0.1, rank=2, seed=1, noise_cache_mib=cache_mib)
     x = torch.randn(10 * 3, 7)
     with es.perturbed():
         whole = model(x)
-    monkeypatch.setattr(perturb, "BLOCK_BYTES", 1)  # one pair per block
+    monkeypatch.setattr(layer_base, "BLOCK_BYTES", 1)  # one pair per block
     with es.perturbed():
         blocked = model(x)
     with es.perturbed(members=(4, 10)):
@@ -112,7 +112,7 @@ def test_repeated_calls_in_a_step_reuse_a_plan_and_stay_exact(rank):
     pop = es.ask()
     with es.perturbed():
         outs = [model(x) for _ in range(3)]                   # ask, build, reuse
-        assert len(es.strategy._memo) == 2                      # one plan per Linear
+        assert es.store().memo_count == 2                      # one plan per Linear
         with torch.no_grad():
             model[2].bias += 1.0
         shifted = model(x)
@@ -125,4 +125,4 @@ def test_repeated_calls_in_a_step_reuse_a_plan_and_stay_exact(rank):
         model[2].bias += 1.0
     torch.testing.assert_close(shifted, outs[0] + 1.0, rtol=0, atol=1e-5)
     es.tell(torch.randn(8))
-    assert es.strategy._memo == {}                              # dropped with the step's noise
+    assert es.store().memo_count == 0                           # dropped with the step's noise

@@ -182,6 +182,7 @@ def test_perturbed_linear_no_grad_and_autograd_paths_agree(k, r, lead, baseline,
     assert slow.requires_grad and not fast.requires_grad
     torch.testing.assert_close(fast, ref, **TOL)
     torch.testing.assert_close(slow.detach(), ref, **TOL)
-    if baseline:  # sign-0 members see exactly the base layer
+    if baseline:  # sign-0 members see the base layer: a different arithmetic path (bias first, then
+        # addmm_), so equal to float rounding, not bit for bit -- BLAS blocks GEMMs by thread count
         m = x.shape[0] // (2 * k)
-        torch.testing.assert_close(fast[: 2 * m], torch.nn.functional.linear(x[: 2 * m], w, bias), rtol=0, atol=0)
+        torch.testing.assert_close(fast[: 2 * m], torch.nn.functional.linear(x, w, bias)[: 2 * m])

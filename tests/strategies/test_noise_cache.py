@@ -14,7 +14,7 @@ def _run(cache_mib, chunk):
     x = torch.randn(5, 6)
     fits = []
     for _ in range(3):
-        f = es.evaluate(lambda m, lo, hi: -m(x.repeat(hi - lo, 1)).pow(2).sum(1).view(hi - lo, 5).mean(1), chunk)
+        f = hs.evaluate(es, lambda m, lo, hi: -m(x.repeat(hi - lo, 1)).pow(2).sum(1).view(hi - lo, 5).mean(1), chunk)
         fits.append(f)
         es.tell(f)
     return model, fits, es
@@ -36,8 +36,8 @@ def test_cache_respects_its_budget():
     es = hs.EGGROLL(model, population=4096, sigma=0.1, noise_cache_mib=budget_mib)
     with es.perturbed((0, 64)):
         model(torch.randn(64, 64))
-    assert es.strategy._cache_bytes <= budget_mib * 2**20
+    assert es.strategy.store().bytes_used <= budget_mib * 2**20
     es2 = hs.EGGROLL(copy.deepcopy(model), population=64, sigma=0.1, noise_cache_mib=budget_mib)
     with es2.perturbed((0, 16)):
         es2.model(torch.randn(16, 64))
-    assert 0 < es2.strategy._cache_bytes <= budget_mib * 2**20  # small draws are kept
+    assert 0 < es2.strategy.store().bytes_used <= budget_mib * 2**20  # small draws are kept

@@ -131,8 +131,8 @@ def test_dtypes_preserved(name, opt, dtype):
     run(s, 2, targets())
     assert all(t.dtype == dtype for t in p.values())
     assert {n: id(t) for n, t in p.items()} == ids          # updated in place, same tensors
-    assert all(s.masters[n].dtype == torch.float32 for n in s.trainable)
-    assert all(torch.equal(p[n], s.masters[n].to(dtype)) for n in s.trainable)
+    assert all(s.rule.masters[n].dtype == torch.float32 for n in s.trainable)
+    assert all(torch.equal(p[n], s.rule.masters[n].to(dtype)) for n in s.trainable)
 
 
 @pytest.mark.parametrize("name,opt", SUITE)

@@ -139,7 +139,8 @@ def test_unknown_shaping_raises_at_construction():
         small(shaping="rank_sum")
 
 
-@pytest.mark.parametrize("fitness,match", [(torch.zeros(15), r"\(16,\).*\(15,\)"), (torch.zeros(16, 2), r"\(16, 2\)"),
+@pytest.mark.parametrize("fitness,match", [(torch.zeros(15), r"\(16,\).*\(15,\)"), (torch.zeros(16, 2, 1), r"\(16, 2, 1\)"),
+                                           (torch.zeros(8, 2), r"\(8, 2\)"),
                                            ([1.0] * 17, r"\(17,\)")])
 def test_fitness_of_wrong_shape(fitness, match):
     _, s = small()

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..distributed import evaluate
+from ..models import TinyLM, mlp
 from ..noise import native
 
 MIB = 1024 * 1024
@@ -137,50 +139,6 @@ def in_subprocess(target: str, kwargs: dict, timeout: float = 1800, env: dict | 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# -- reference models --------------------------------------------------------------------
-class Block(nn.Module):
-    """Pre-norm transformer block from plain modules (attention = Linear + SDPA)."""
-
-    def __init__(self, d: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x: Tensor) -> Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
-class TinyLM(nn.Module):
-    """Token + position embeddings, ``layers`` pre-norm blocks, final norm, LM head."""
-
-    def __init__(self, vocab: int, d: int, layers: int, max_len: int):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(max_len, d)
-        self.blocks = nn.ModuleList(Block(d, max(1, d // 64)) for _ in range(layers))
-        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
-
-    def forward(self, idx: Tensor) -> Tensor:  # idx (members, T): one sequence per member
-        pos = torch.arange(idx.shape[1], device=idx.device).expand_as(idx)
-        x = self.tok(idx) + self.pos(pos)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln(x))
-
-
-def mlp(d_in: int, hidden: int, d_out: int, depth: int = 2) -> nn.Sequential:
-    layers, w = [], d_in
-    for _ in range(depth):
-        layers += [nn.Linear(w, hidden), nn.ReLU()]
-        w = hidden
-    return nn.Sequential(*layers, nn.Linear(w, d_out))
-
-
 @dataclass
 class Workload:
     """A model, per-member data (member-major) and a fitness: ``fitness(model, lo, hi)``."""
@@ -206,7 +164,7 @@ def make_workload(kind: str, width: int, seq: int, population: int, device="cpu"
             return -ce.view(hi - lo, seq).mean(dim=1)
         desc = f"TinyLM d={width} layers={layers} vocab={vocab}"
     elif kind == "mlp":
-        model = mlp(width, width, 10).to(device)
+        model = mlp([width, width, width, 10], "relu").to(device)
         x = torch.randn(population * seq, width, generator=g).to(device)
         y = torch.randn(population * seq, 10, generator=g).to(device)
 
@@ -231,7 +189,7 @@ def chunked_inference(work: Workload, population: int, chunk: int) -> Callable[[
 def es_step(es, work: Workload, chunk: int) -> Callable[[], object]:
     """One full ES step: noise + population forward (chunked) + shaping + update."""
     def run():
-        return es.tell(es.evaluate(work.fitness, chunk=chunk))
+        return es.tell(evaluate(es, work.fitness, chunk))
     return run
 
 

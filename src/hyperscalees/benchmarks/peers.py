@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ..distributed import evaluate
 from ..nn.module_es import EGGROLL
 from ..engine.allocator import keep_freed_memory_env
 from .base import Report, environment, in_subprocess
@@ -74,8 +75,8 @@ def ours_probe(population: int, gens: int, chunk: int, device: str = "cpu") -> d
         with torch.inference_mode():
             return torch.cat([fitness(model, lo, min(population, lo + c)) for lo in range(0, population, c)])
 
-    fns = {"ours": lambda: es.tell(es.evaluate(fitness, chunk=chunk)),
-           "ours_unchunked": lambda: es.tell(es.evaluate(fitness)),
+    fns = {"ours": lambda: es.tell(evaluate(es, fitness, chunk)),
+           "ours_unchunked": lambda: es.tell(evaluate(es, fitness)),
            "inference": lambda: infer(population),
            "inference_chunked": lambda: infer(chunk),
            "minimal_reference": lambda: ref(xt.view(population, 32, 64), y)}

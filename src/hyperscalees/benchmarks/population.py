@@ -17,7 +17,9 @@ import torch
 
 from ..nn.module_es import EGGROLL
 from ..strategies.config import ESConfig
-from .base import Report, environment, in_subprocess, measure_peak, mlp, side_by_side
+from ..distributed import evaluate
+from ..models import mlp
+from .base import Report, environment, in_subprocess, measure_peak, side_by_side
 
 QUESTION = "time and peak memory per step as the population grows, chunked evaluation"
 COLUMNS = ["population", "chunk", "s_per_step", "us_per_member", "peak_mib", "work_mib"]
@@ -34,7 +36,7 @@ def probe(population: int, chunk: int, warmup: int, repeats: int, device: str = 
     """One population size: median s/step and peak memory (run it in a fresh process)."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
-    model = mlp(16, 64, 4).to(device)
+    model = mlp([16, 64, 64, 4], "relu").to(device)
     x = torch.randn(ROWS_PER_MEMBER, 16, generator=g).to(device)
     y = torch.randn(ROWS_PER_MEMBER, 4, generator=g).to(device)
     es = EGGROLL(model, population=population, sigma=0.05, rank=1, lr=1e-3, optimizer="adam", seed=0)
@@ -44,7 +46,7 @@ def probe(population: int, chunk: int, warmup: int, repeats: int, device: str = 
         return -(out - y).pow(2).mean(dim=(1, 2))
 
     def step():
-        es.tell(es.evaluate(fitness, chunk=chunk))
+        es.tell(evaluate(es, fitness, chunk))
 
     timing = {}
     mem = measure_peak(lambda: timing.update(side_by_side({"step": step}, warmup, repeats, device)), device)

@@ -10,17 +10,19 @@ import argparse
 import json
 import sys
 
+from ..distributed import LocalBackend
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine
 from ..engine.checkpoint import load_checkpoint_config
 from ..noise.distributions import DISTRIBUTIONS
 from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
-from ..strategies.shaping import SHAPINGS
+from ..strategies.rules import RULES
+from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
 from ..tasks import TASKS
 from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail
 
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
 ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
-              "update": UPDATES}
+              "update": UPDATES, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES)}
 HELP = {
     "population": "members per step (even: antithetic pairs)", "sigma": "noise scale σ",
     "rank": "rank r of the low-rank perturbations", "lr": "learning rate", "seed": "noise, data and init seed",
@@ -31,6 +33,9 @@ HELP = {
     "resume": "continue the run saved in DIR; flags not given here keep that run's values",
     "device": "torch device (default: cuda if available, else cpu)", "json": "print one JSON summary line",
     "chunk": "members per forward pass (even); bounds memory",
+    "group_fitness": "how (P, G) fitness becomes one score per member: mean over G, or shape each group alone",
+    "update_rule": "how estimates move the weights (optimizer: a torch.optim optimizer steps -ĝ)",
+    "fallback_mib": "MiB of per-member parameter copies the generic vmap layer may make per forward",
 }
 
 
@@ -87,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as e:
         return fail(prog, str(e))
     try:
-        summary = run_engine(cfg)
+        summary = run_engine(cfg, LocalBackend())
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         return fail(prog, str(e))
     for note in summary["notes"]:

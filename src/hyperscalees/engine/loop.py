@@ -1,7 +1,7 @@
-"""The training loop: ask → evaluate (chunked) → tell, plus metrics and checkpoints.
+"""The training loop: ask → evaluate (a backend) → shape → update, plus metrics and checkpoints.
 
-Nothing here does ES maths; it wires a task, the module-level ES facade and the files
-of a run directory. Per-step data comes from (seed, step) and noise from the strategy's
+Nothing here does ES maths or evaluates members; it wires a task, the module-level ES
+facade, a backend and the files of a run directory. Per-step data comes from (seed, step) and noise from the strategy's
 seeds, so a run resumed from a checkpoint continues bit for bit like an uninterrupted one.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from tqdm import tqdm
 
 from ..nn import EGGROLL, OpenES
+from ..strategies.shaping import fitness_stats
 from ..tasks import AbstractTask, get_task
 from .checkpoint import MODEL_FILE, load_checkpoint, save_checkpoint
 from .config import TrainConfig, check_device
@@ -33,8 +34,12 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     return task, model, es
 
 
-def run(cfg: TrainConfig) -> dict:
-    """Train ``cfg.engine.steps`` steps in total (or until the time budget); return a summary."""
+def run(cfg: TrainConfig, backend) -> dict:
+    """Train ``cfg.engine.steps`` steps in total (or until the time budget); return a summary.
+
+    ``backend`` turns each step's population into fitness (``hyperscalees.distributed``;
+    the CLI builds it) and applies the update wherever replicas live.
+    """
     t0, eng = time.perf_counter(), cfg.engine
     task, model, es = build(cfg)
     if eng.resume:
@@ -46,7 +51,8 @@ def run(cfg: TrainConfig) -> dict:
                                disable=eng.json or not sys.stderr.isatty()) as bar:
         while es.step < eng.steps:
             ts = time.perf_counter()
-            stats = es.tell(es.evaluate(partial(task.fitness, step=es.step), eng.chunk))
+            fitness = backend.evaluate(es, partial(task.fitness, step=es.step), eng.chunk)
+            stats = {**backend.update(es, es.shape(fitness)), **fitness_stats(fitness)}
             step_time = time.perf_counter() - ts
             out_of_time = eng.time_budget is not None and \
                 time.perf_counter() - t0 + step_time > eng.time_budget

@@ -2,20 +2,24 @@
 
 Dimensions: N threads in an update, G = group_size threads per group (one prompt).
 Three variants share the forward and differ only in the update or the fitness:
-``EggRoll`` (the paper's), ``AltEggRoll`` (sign-based update) and ``EggRollBS``
-(baseline subtraction: in each group of G threads, threads 0 and 1 run unperturbed).
+``EggRollNoiser`` (the paper's), ``AltEggRollNoiser`` (sign-based update) and
+``EggRollBSNoiser`` (baseline subtraction: in each group of G threads, threads 0 and 1 run
+unperturbed). The ``Noiser`` suffix keeps them apart from the module-level ``hs.EGGROLL``
+and ``strategies.EggRollStrategy``.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ..strategies.param_spec import ESMode
+from ..noise.spec import ESMode
 from ..strategies.shaping import sanitize
 from .noiser import AbstractNoiser, fitness_vector
 
 
-class AbstractEggRoll(AbstractNoiser):
+class AbstractEggRollNoiser(AbstractNoiser):
+    """EGGROLL's choice of noise, shared by its variants: matrices and embeddings low-rank, the rest dense."""
+
     @classmethod
     def kind(cls, frozen, mode):
         if mode in (ESMode.MM_PARAM, ESMode.EMB_PARAM):
@@ -25,20 +29,20 @@ class AbstractEggRoll(AbstractNoiser):
         return None  # EXCLUDED, or PARAM frozen by freeze_nonlora (LLM runs evolve matrices only)
 
 
-class EggRoll(AbstractEggRoll):
+class EggRollNoiser(AbstractEggRollNoiser):
     """The paper's noiser. ``freeze_nonlora=True`` evolves only MM_PARAM/EMB_PARAM leaves."""
 
     name = "eggroll"
 
 
-class AltEggRoll(AbstractEggRoll):
+class AltEggRollNoiser(AbstractEggRollNoiser):
     """Same forward; the update uses σ/√r·f·sign(A) sign(B)ᵀ (Rademacher-like, from Gaussian draws)."""
 
     name = "alteggroll"
     sign_update = True
 
 
-class EggRollBS(AbstractEggRoll):
+class EggRollBSNoiser(AbstractEggRollNoiser):
     """Baseline subtraction: thread t with t % G in {0, 1} is unperturbed, so each group of G
     threads carries its own baseline score.
 
@@ -61,7 +65,7 @@ class EggRollBS(AbstractEggRoll):
         average over groups. ``num_episodes_list`` is not supported here.
         """
         if num_episodes_list is not None:
-            raise ValueError("EggRollBS.convert_fitnesses does not take num_episodes_list")
+            raise ValueError("EggRollBSNoiser.convert_fitnesses does not take num_episodes_list")
         f, _ = sanitize(fitness_vector(raw_scores, "raw_scores"))
         g = frozen["group_size"]
         if f.numel() % g:

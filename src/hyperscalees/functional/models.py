@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..noise.keys import MASK32, fold_in
-from ..strategies.param_spec import ESMode
+from ..noise.spec import ESMode
 
 PARAM, MM_PARAM, EMB_PARAM, EXCLUDED = ESMode.PARAM, ESMode.MM_PARAM, ESMode.EMB_PARAM, ESMode.EXCLUDED
 

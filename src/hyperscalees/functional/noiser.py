@@ -2,8 +2,10 @@
 
 A noiser perturbs the population in the forward (``do_mm``, ``do_Tmm``, ``do_emb``,
 ``get_noisy_standard``) and turns fitness into a parameter update (``convert_fitnesses``,
-``do_updates``). Nothing is stored between the two: the update regenerates every
-perturbation from (leaf key, epoch // noise_reuse, pair) through the core sampler.
+``do_updates``). Nothing is stored between the two: each call builds the leaf's core
+:class:`~hyperscalees.noise.store.NoiseStore` (budget 0) and draws from it, so the update
+regenerates every perturbation from (leaf key, epoch // noise_reuse, pair), with the
+store's σ/√r, and the perturbed products are the core's ``ops``.
 
 Dimensions: P members in a call (``len(thread_ids)``), K = P/2 pairs, M rows per member,
 r rank, N members in an update. Inputs are member-major (leading dim P*M or (P, M, ...)).
@@ -30,14 +32,14 @@ from torch import Tensor
 
 from .. import ops
 from ..noise.distributions import check_distribution
+from ..noise.draw import Noise, draw_rows
 from ..noise.population import validate_population_args
-from ..noise.sampling import full_noise, full_rows, lowrank_b, lowrank_factors, lowrank_rows
-from ..strategies.noise_terms import gradient
-from ..strategies.param_spec import ESMode, ParamSpec
+from ..noise.spec import ESMode, parse_mode
+from ..strategies.estimate import estimate_one
 from ..strategies.shaping import episode_weighted_z_score, group_normalize, sanitize, z_score
 from .solver import resolve_solver, solver_step
-from .threads import Threads, leaf_population, noise_name, parse_iterinfo
-from .tree import _ndindex, path_name, tree_get, tree_items, tree_replace
+from .threads import Threads, leaf_population, leaf_store, noise_name, parse_iterinfo
+from .tree import ndindex, path_name, tree_get, tree_items, tree_replace
 
 
 def fitness_vector(scores, what: str = "fitness") -> Tensor:
@@ -51,9 +53,9 @@ class AbstractNoiser:
     """Shared machinery; concrete noisers only set :meth:`kind` and a few class flags."""
 
     name = "abstract"
-    baseline = False          # EggRollBS: threads with id % group_size in {0, 1} are unperturbed
-    sign_update = False       # AltEggRoll: update with sign(A) sign(B)ᵀ
-    max_grad_norm = None      # EggRollBS clips the update's global norm (HyperscaleES: 1.0)
+    baseline = False          # EggRollBSNoiser: threads with id % group_size in {0, 1} are unperturbed
+    sign_update = False       # AltEggRollNoiser: update with sign(A) sign(B)ᵀ
+    max_grad_norm = None      # EggRollBSNoiser clips the update's global norm (HyperscaleES: 1.0)
 
     # -- setup ---------------------------------------------------------------------------
     @classmethod
@@ -93,79 +95,80 @@ class AbstractNoiser:
         """"lowrank" | "full" | None for a leaf of this es_map class (forward and update)."""
         raise NotImplementedError
 
+    @classmethod
+    def _baseline_every(cls, frozen: dict) -> int:
+        return frozen["group_size"] if cls.baseline else 0
+
     # -- forward -------------------------------------------------------------------------
     @classmethod
-    def _member_noise(cls, frozen, noiser_params, key, iterinfo, lead: int, device):
-        """(threads, population, signs (K, 2)) or None when this call runs unperturbed."""
+    def _call_noise(cls, frozen, noiser_params, key, iterinfo, shape, mode: ESMode, lead: int, device,
+                    tokens: Tensor | None = None) -> tuple[Threads | None, Noise | None]:
+        """(threads, their pairs' noise of one leaf) for a call whose inputs have leading dim ``lead``.
+
+        Threads are None for an unperturbed call; noise is None when this noiser leaves the
+        leaf alone. With ``tokens`` (embedding ids) only the looked-up rows are drawn.
+        """
         t = parse_iterinfo(iterinfo, device)
         if t is None:
-            return None
+            return None, None
         if lead % t.size:
             raise ValueError(f"inputs must be member-major: leading dim {lead} is not a multiple of "
                              f"len(thread_ids) = {t.size}")
-        size = 2 * (int(t.pairs.max()) + 1)
-        pop = leaf_population(frozen, noiser_params["sigma"], key, t.epoch, size)
-        return t, pop, t.signs(frozen["group_size"] if cls.baseline else 0)
+        kind = cls.kind(frozen, mode)
+        if kind is None:
+            return t, None
+        g = cls._baseline_every(frozen)
+        pop = leaf_population(frozen, noiser_params["sigma"], key, t.epoch, t.population_size(g), g)
+        store, name = leaf_store(frozen, pop, shape, mode, kind == "lowrank", device), noise_name(frozen)
+        if tokens is None:
+            return t, store.draw(name, t.pairs, t.signs(pop))
+        rows = tokens.reshape(t.pairs.numel(), -1)  # (K, 2M): both members' tokens of each pair
+        return t, draw_rows(pop, name, tuple(shape), t.pairs, t.signs(pop), rows, store.is_lowrank(name),
+                            store.sigma(name), store.scale(name))
 
     @classmethod
     def get_noisy_standard(cls, frozen, noiser_params, param, base_key, iterinfo):
-        t = parse_iterinfo(iterinfo, param.device)
+        """(P, *shape) per-member copies p + s·σ·ε, or ``param`` itself when ``iterinfo`` is None."""
+        t, noise = cls._call_noise(frozen, noiser_params, base_key, iterinfo, param.shape, ESMode.PARAM,
+                                   0, param.device)  # lead 0: no member-major input to check
         if t is None:
             return param
-        if cls.kind(frozen, ESMode.PARAM) is None:
+        if noise is None:
             return param.expand(t.size, *param.shape)
-        _, pop, signs = cls._member_noise(frozen, noiser_params, base_key, iterinfo, t.size, param.device)
-        eps = full_noise(pop, noise_name(frozen), tuple(param.shape), t.pairs)  # (K, *shape)
-        return ops.get_noisy_standard(param, eps, signs, pop.sigma)
+        return ops.get_noisy_standard(param, noise.eps, noise.signs, noise.scale)
 
     @classmethod
     def do_mm(cls, frozen, noiser_params, param, base_key, iterinfo, x):
         """x @ (W + E_i)ᵀ per member, W stored (out, in)."""
-        kind = cls.kind(frozen, ESMode.MM_PARAM)
-        got = cls._member_noise(frozen, noiser_params, base_key, iterinfo, x.shape[0], x.device)
-        if got is None or kind is None:
+        _, noise = cls._call_noise(frozen, noiser_params, base_key, iterinfo, param.shape, ESMode.MM_PARAM,
+                                   x.shape[0], x.device)
+        if noise is None:
             return F.linear(x, param)
-        t, pop, signs = got
-        out, inp = param.shape
-        if kind == "lowrank":
-            a, b = lowrank_factors(pop, noise_name(frozen), out, inp, t.pairs)  # (K, out, r), (K, in, r)
-            return ops.do_mm(x, param, a, b, signs, pop.sigma / math.sqrt(pop.rank))
-        eps = full_noise(pop, noise_name(frozen), (out, inp), t.pairs)  # (K, out, in)
-        return ops.do_mm_dense(x, param, eps, signs, pop.sigma)
+        if noise.lowrank:  # a (K, out, r), b (K, in, r)
+            return ops.do_mm(x, param, noise.a, noise.b, noise.signs, noise.scale)
+        return ops.do_mm_dense(x, param, noise.eps, noise.signs, noise.scale)
 
     @classmethod
     def do_Tmm(cls, frozen, noiser_params, param, base_key, iterinfo, x):
         """x @ (W + E_i) per member, W stored (in, out); E_i is A Bᵀ in W's own orientation."""
-        kind = cls.kind(frozen, ESMode.MM_PARAM)
-        got = cls._member_noise(frozen, noiser_params, base_key, iterinfo, x.shape[0], x.device)
-        if got is None or kind is None:
+        _, noise = cls._call_noise(frozen, noiser_params, base_key, iterinfo, param.shape, ESMode.MM_PARAM,
+                                   x.shape[0], x.device)
+        if noise is None:
             return x @ param
-        t, pop, signs = got
-        inp, out = param.shape
-        if kind == "lowrank":
-            a, b = lowrank_factors(pop, noise_name(frozen), inp, out, t.pairs)  # (K, in, r), (K, out, r)
-            return ops.do_Tmm(x, param, a, b, signs, pop.sigma / math.sqrt(pop.rank))
-        eps = full_noise(pop, noise_name(frozen), (inp, out), t.pairs)  # (K, in, out)
-        return ops.do_mm_dense(x, param.T, eps.transpose(1, 2), signs, pop.sigma)
+        if noise.lowrank:  # a (K, in, r), b (K, out, r)
+            return ops.do_Tmm(x, param, noise.a, noise.b, noise.signs, noise.scale)
+        return ops.do_mm_dense(x, param.T, noise.eps.transpose(1, 2), noise.signs, noise.scale)
 
     @classmethod
     def do_emb(cls, frozen, noiser_params, param, base_key, iterinfo, x):
         """(W + E_i)[x] per member, W stored (vocab, dim); only the looked-up rows of noise are drawn."""
-        kind = cls.kind(frozen, ESMode.EMB_PARAM)
-        got = cls._member_noise(frozen, noiser_params, base_key, iterinfo, x.shape[0], x.device)
-        if got is None or kind is None:
+        _, noise = cls._call_noise(frozen, noiser_params, base_key, iterinfo, param.shape, ESMode.EMB_PARAM,
+                                   x.shape[0], x.device, tokens=x)
+        if noise is None:
             return F.embedding(x, param)
-        t, pop, signs = got
-        k, dim = t.pairs.numel(), param.shape[1]
-        ids = x.reshape(k, -1)  # (K, 2M): both members' tokens of each pair
-        if kind == "lowrank":
-            a_rows = lowrank_rows(pop, noise_name(frozen), dim, t.pairs, ids)  # (K, 2M, r)
-            b = lowrank_b(pop, noise_name(frozen), dim, t.pairs)              # (K, dim, r)
-            return ops.do_emb(x, param, a_rows, b, signs, pop.sigma / math.sqrt(pop.rank))
-        rows = full_rows(pop, noise_name(frozen), dim, t.pairs, ids).to(param.dtype)  # (K, 2M, dim)
-        coef = (signs.to(param.dtype) * pop.sigma).view(k, 2, 1, 1)
-        y = F.embedding(x, param)
-        return (y.view(k, 2, -1, dim) + rows.view(k, 2, -1, dim) * coef).view_as(y)
+        if noise.lowrank:  # a: rows (K, 2M, r) of A, b (K, dim, r)
+            return ops.do_emb(x, param, noise.a, noise.b, noise.signs, noise.scale)
+        return ops.do_emb_dense(x, param, noise.eps, noise.signs, noise.scale)  # eps: rows (K, 2M, dim)
 
     # -- fitness -------------------------------------------------------------------------
     @classmethod
@@ -209,13 +212,13 @@ class AbstractNoiser:
             raise ValueError("fitnesses must be finite; pass raw scores through convert_fitnesses first")
         paths, leaves, grads = [], [], []
         for path, param in tree_items(params):
-            kind = cls.kind(frozen, ESMode(int(tree_get(es_map, path))))
+            mode = parse_mode(tree_get(es_map, path))
+            kind = cls.kind(frozen, mode)
             if kind is None:
                 continue
-            key = tree_get(base_keys, path)
             paths.append(path)
             leaves.append(param)
-            grads.append(cls._leaf_grad(frozen, noiser_params, param, key, f, t, kind))
+            grads.append(cls._leaf_grad(frozen, noiser_params, param, tree_get(base_keys, path), f, t, mode, kind))
         new_np = dict(noiser_params, step=noiser_params["step"] + 1)
         if not paths:
             return new_np, params
@@ -224,26 +227,27 @@ class AbstractNoiser:
         new_np["opt_state"] = state
         return new_np, tree_replace(params, dict(zip(paths, new)))
 
-    do_update = do_updates  # the README's name for it
-
     @classmethod
-    def _leaf_grad(cls, frozen, noiser_params, param: Tensor, key, f: Tensor, t: Threads, kind: str) -> Tensor:
-        """-√N σ² ĝ for one leaf; a key tensor (L, ...) means one key per leading slice (scan_map)."""
-        n, sigma = f.numel(), noiser_params["sigma"]
+    def _leaf_grad(cls, frozen, noiser_params, param: Tensor, key, f: Tensor, t: Threads, mode: ESMode,
+                   kind: str) -> Tensor:
+        """-√N σ² ĝ for one leaf; a key tensor (L, ...) means one key per leading slice (scan_map).
+
+        ĝ = (1/(Nσ)) Σ f_i ε_i is the core's estimate, whose bits follow neither the thread
+        count nor ``update_chunk``; the -√N σ² factor is HyperscaleES's scaling.
+        """
+        n, name, g = f.numel(), noise_name(frozen), cls._baseline_every(frozen)
         key = torch.as_tensor(key)
         grad = torch.empty(param.shape, dtype=torch.float32, device=param.device)
-        for idx in _ndindex(tuple(key.shape)):
-            shape = tuple(param.shape[len(idx):])
-            pop = leaf_population(frozen, sigma, int(key[idx]), t.epoch, n,
-                                  frozen["group_size"] if cls.baseline else 0)
-            spec = ParamSpec(noise_name(frozen), shape, ESMode.MM_PARAM if kind == "lowrank" else ESMode.PARAM)
-            g_hat = gradient(spec, pop, f.to(param.device, torch.float32), kind == "lowrank", param.device,
-                             frozen["update_chunk"], cls.sign_update)
+        for idx in ndindex(tuple(key.shape)):
+            pop = leaf_population(frozen, noiser_params["sigma"], int(key[idx]), t.epoch, n, g)
+            store = leaf_store(frozen, pop, param.shape[len(idx):], mode, kind == "lowrank", param.device)
+            g_hat = estimate_one(store, name, f, frozen["update_chunk"], cls.sign_update)
+            sigma = store.sigma(name)
             grad[idx] = g_hat * (-math.sqrt(n) * sigma * sigma)
         return grad
 
 
-class Noop(AbstractNoiser):
+class NoopNoiser(AbstractNoiser):
     """No noise, no update: the validation / GRPO noiser."""
 
     name = "noop"

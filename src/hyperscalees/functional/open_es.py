@@ -1,15 +1,17 @@
-"""OpenES: naive full-rank ES, every leaf perturbed by a dense σ·ε per pair.
+"""OpenESNoiser: naive full-rank ES, every leaf perturbed by a dense σ·ε per pair.
 
 The slow honest baseline: ``do_mm`` materializes (K, out, in) noise per call, which is
 exactly the cost EGGROLL avoids. No rank, no √r. ``freeze_nonlora`` freezes PARAM leaves.
 """
 from __future__ import annotations
 
-from ..strategies.param_spec import ESMode
+from ..noise.spec import ESMode
 from .noiser import AbstractNoiser
 
 
-class OpenES(AbstractNoiser):
+class OpenESNoiser(AbstractNoiser):
+    """Dense noise on every leaf (the module-level equivalent is ``hs.OpenES``)."""
+
     name = "open_es"
 
     @classmethod

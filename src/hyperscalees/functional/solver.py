@@ -12,6 +12,9 @@ Differences from optax, on purpose:
   and optax-style ``b1``/``b2`` in ``solver_kwargs`` are accepted as ``betas``.
 - Leaves that get no update (EXCLUDED, frozen PARAM) are not in the optimizer at all, so
   weight decay never touches them (optax's adamw decays them too).
+- The global-norm clip sums squares in a fixed order (``fixed_sum``), so like the estimate
+  its bits never follow the thread count (a plain CPU ``sum`` over >32k values does, and
+  ``clip_grad_norm_`` makes no promise either way).
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from typing import Callable
 
 import torch
 from torch import Tensor
+
+from ..strategies.shaping import fixed_sum
 
 SOLVERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
@@ -58,9 +63,17 @@ def solver_step(frozen: dict, opt_state: dict | None, step: int, leaves: list[Te
         for group in opt.param_groups:
             group["lr"] = lr
         if max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(new, max_grad_norm)
+            clip_global_norm_([p.grad for p in new], max_grad_norm)
         opt.step()
         state = opt.state_dict()
         for p in new:
             p.grad = None
     return new, state
+
+
+def clip_global_norm_(grads: list[Tensor], max_norm: float) -> None:
+    """Scale ``grads`` in place by min(1, max_norm / (‖grads‖ + 1e-6)), torch's clip_grad_norm_ rule."""
+    total = torch.sqrt(sum(fixed_sum(g.float() ** 2) for g in grads))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef.to(g.dtype))

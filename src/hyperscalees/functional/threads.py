@@ -1,4 +1,4 @@
-"""``iterinfo`` -> which antithetic pairs run, with which signs, and each leaf's Population.
+"""``iterinfo`` -> which antithetic pairs run, and each leaf's noise store for them.
 
 HyperscaleES vmaps a model over ``iterinfo = (epoch, thread_id)``, one thread at a time.
 PyTorch has no such vmap, so here one call runs many threads at once:
@@ -8,12 +8,12 @@ members, and every input is member-major (leading dim = P x rows per member).
 Dimensions: P members in the call, K = P/2 pairs, r rank.
 ``thread_ids`` must come in whole antithetic pairs: ``(2k, 2k+1), (2j, 2j+1), ...``. A
 contiguous even-aligned range is the common case; repeated pairs are allowed too, which
-is what EggRollBS's "thread id mod G" evaluation over many prompts needs.
+is what EggRollBSNoiser's "thread id mod G" evaluation over many prompts needs.
 
-A leaf's noise is drawn through the core's :mod:`hyperscalees.noise.sampling` with a
-:class:`Population` whose ``seed`` is the leaf's integer key and whose parameter name is
-the noiser's ``seed``; so noise(key, epoch // noise_reuse, pair, element) is exactly the
-core's function, not a second implementation.
+A leaf's noise comes from the core: a :class:`NoiseStore` (budget 0, since nothing is kept
+between calls) over a :class:`Population` whose ``seed`` is the leaf's integer key and whose
+one parameter is named after the noiser's ``seed``. So noise(key, epoch // noise_reuse, pair,
+element), its σ/√r and its antithetic signs are the core's, not a second implementation.
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import torch
 from torch import Tensor
 
 from ..noise.population import Population
+from ..noise.spec import ESMode, ParamSpec
+from ..noise.store import NoiseStore
 
 
 @dataclass(frozen=True)
@@ -35,16 +37,21 @@ class Threads:
     def size(self) -> int:
         return self.members.numel()
 
-    def signs(self, baseline_every: int = 0, dtype=torch.float32) -> Tensor:
-        """(K, 2) antithetic signs +1/-1; 0 for baseline threads (thread % G in {0, 1})."""
-        s = 1.0 - 2.0 * (self.members % 2).to(dtype)
-        if baseline_every:
-            s = s * ((self.members % baseline_every) >= 2).to(dtype)
-        return s.view(-1, 2)
-
     def is_range(self) -> bool:
         """True when the threads are exactly 0, 1, ..., P-1 (what an update needs)."""
         return bool(torch.equal(self.members, torch.arange(self.size, device=self.members.device)))
+
+    def population_size(self, baseline_every: int = 0) -> int:
+        """Smallest population holding every pair of the call (whole groups when there are baselines).
+
+        The size only bounds the pair indices: a pair's noise does not depend on it.
+        """
+        size = 2 * (int(self.pairs.max()) + 1)
+        return -(-size // baseline_every) * baseline_every if baseline_every else size
+
+    def signs(self, pop: Population) -> Tensor:
+        """(K, 2) the population's signs of this call's pairs: ±1, 0 for baseline members."""
+        return pop.signs(device=self.pairs.device)[self.pairs]
 
 
 def _as_epoch(epoch) -> int:
@@ -86,8 +93,8 @@ def parse_iterinfo(iterinfo, device=None) -> Threads | None:
 def leaf_population(frozen: dict, sigma: float, key, epoch: int, size: int, baseline_every: int = 0) -> Population:
     """The core Population that names one leaf's draw.
 
-    In a forward ``size`` only bounds the pair indices (signs come from :class:`Threads`);
-    in an update it is N, and ``baseline_every`` makes the core zero the baseline members.
+    ``size`` bounds the pair indices (a forward) or is N (an update); ``baseline_every``
+    makes the core give baseline members sign 0.
     """
     return Population(step=epoch, seed=int(key), size=size, sigma=float(sigma), rank=frozen["rank"],
                       noise_reuse=frozen["noise_reuse"], distribution=frozen["distribution"],
@@ -97,3 +104,11 @@ def leaf_population(frozen: dict, sigma: float, key, epoch: int, size: int, base
 def noise_name(frozen: dict) -> str:
     """Parameter name handed to the core sampler: the noiser seed, so seeds give independent noise."""
     return f"seed{frozen['seed']}"
+
+
+def leaf_store(frozen: dict, pop: Population, shape: tuple[int, ...], mode: ESMode, lowrank: bool,
+               device) -> NoiseStore:
+    """A store holding one leaf (of ``shape``) as parameter :func:`noise_name`; budget 0: draws are never kept."""
+    name = noise_name(frozen)
+    spec = ParamSpec(name, tuple(shape), mode)
+    return NoiseStore(pop, {name: spec}, [name] if lowrank else [], {name: torch.device(device)}, budget_bytes=0)

@@ -8,6 +8,7 @@ bare leaf at the root is a tree too. Paths are tuples of keys, walked in sorted 
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Iterator
 
 import torch
@@ -76,16 +77,12 @@ def simple_es_tree_key(params: Any, base_key: int, scan_map: Any) -> Any:
         key = name_key(base_key, path_name(path))
         if axes:
             shape = tuple(leaf.shape[: len(axes)])
-            flat = [fold_in(key, *idx) for idx in _ndindex(shape)]
+            flat = [fold_in(key, *idx) for idx in ndindex(shape)]
             key = torch.tensor(flat, dtype=torch.int64).view(shape)
         out[path] = key
     return tree_replace(params, out)
 
 
-def _ndindex(shape: tuple) -> Iterator[tuple]:
-    if not shape:
-        yield ()
-        return
-    for i in range(shape[0]):
-        for rest in _ndindex(shape[1:]):
-            yield (i,) + rest
+def ndindex(shape: tuple) -> Iterator[tuple]:
+    """Every index of an array of ``shape``, row-major; one empty index for shape ()."""
+    return itertools.product(*(range(n) for n in shape))

@@ -1,7 +1,10 @@
-"""Derive each parameter's ES mode from the module that owns it, with name overrides.
+"""Derive each parameter's ES mode from the layer that runs its module, with name overrides.
 
-Linear weights -> MM_PARAM (low-rank), Embedding weights -> EMB_PARAM, frozen tensors
-(``requires_grad=False``) -> EXCLUDED, anything else trainable -> PARAM (full-rank).
+The layer registry decides (``nn/layers``): a Linear's or Conv1D's weight is a low-rank
+matrix (MM_PARAM), an Embedding's table EMB_PARAM, anything else full-rank (PARAM).
+Trainability is decided by ``es_map`` and dtype, not autograd: integer tensors (which can
+never require grad) evolve by default; float tensors with ``requires_grad=False`` are
+frozen (torch's convention) unless ``es_map`` names them.
 """
 from __future__ import annotations
 
@@ -9,21 +12,8 @@ from fnmatch import fnmatchcase
 
 from torch import nn
 
-from ..strategies.param_spec import ESMode, ParamSpec
-
-_MODE_NAMES = {"param": ESMode.PARAM, "full": ESMode.PARAM, "mm": ESMode.MM_PARAM, "lowrank": ESMode.MM_PARAM,
-               "mm_param": ESMode.MM_PARAM, "emb": ESMode.EMB_PARAM, "emb_param": ESMode.EMB_PARAM,
-               "excluded": ESMode.EXCLUDED, "frozen": ESMode.EXCLUDED}
-
-
-def parse_mode(mode) -> ESMode:
-    if isinstance(mode, ESMode):
-        return mode
-    if isinstance(mode, int) and mode in ESMode._value2member_map_:
-        return ESMode(mode)
-    if isinstance(mode, str) and mode.lower() in _MODE_NAMES:
-        return _MODE_NAMES[mode.lower()]
-    raise ValueError(f"unknown es_map mode {mode!r}; use one of {sorted(_MODE_NAMES)} or an ESMode")
+from ..noise.spec import ESMode, ParamSpec, parse_mode
+from .layers import FALLBACK, layer_for
 
 
 def owned_parameters(model: nn.Module):
@@ -37,31 +27,49 @@ def owned_parameters(model: nn.Module):
                 yield mod, attr, canonical[id(p)], p
 
 
-def default_mode(module: nn.Module, attr: str, p) -> ESMode:
-    if not p.requires_grad:
-        return ESMode.EXCLUDED
-    if attr == "weight" and isinstance(module, nn.Linear):
-        return ESMode.MM_PARAM
-    if attr == "weight" and isinstance(module, nn.Embedding):
-        return ESMode.EMB_PARAM
-    return ESMode.PARAM
+def _override(name: str, overrides: dict[str, ESMode]) -> ESMode | None:
+    mode = None
+    for pattern, m in overrides.items():  # the last matching pattern wins
+        if fnmatchcase(name, pattern):
+            mode = m
+    return mode
 
 
 def derive_specs(model: nn.Module, overrides: dict | None = None) -> dict[str, ParamSpec]:
     """One ParamSpec per canonical parameter name; ``overrides`` maps glob patterns to modes."""
     overrides = {k: parse_mode(v) for k, v in (overrides or {}).items()}
-    specs: dict[str, ParamSpec] = {}
+    by_module: dict[nn.Module, list] = {}
     for mod, attr, name, p in owned_parameters(model):
-        if name in specs:
-            continue
-        mode = default_mode(mod, attr, p)
-        for pattern, m in overrides.items():
-            if fnmatchcase(name, pattern):
-                mode = m
-        if mode in (ESMode.MM_PARAM, ESMode.EMB_PARAM) and p.dim() != 2:
-            raise ValueError(f"{name}: mode {mode.name} needs a 2-D tensor, got shape {tuple(p.shape)}")
-        specs[name] = ParamSpec(name, tuple(p.shape), mode)
+        by_module.setdefault(mod, []).append((attr, name, p))
+    specs: dict[str, ParamSpec] = {}
+    for mod, owned in by_module.items():
+        modes = {}
+        for attr, name, p in owned:
+            frozen = p.is_floating_point() and not p.requires_grad
+            mode = _override(name, overrides)  # ESMode.PARAM is 0: compare with None, never truthiness
+            modes[attr] = mode if mode is not None else (ESMode.EXCLUDED if frozen else None)
+        layer = layer_for(mod, [a for a, m in modes.items() if m != ESMode.EXCLUDED])
+        kinds = layer.lowrank(mod)
+        for attr, name, p in owned:
+            if name in specs:  # tied: the first owner decides
+                continue
+            mode = modes[attr] if modes[attr] is not None else layer.default_mode(mod, attr, p)
+            if mode != ESMode.EXCLUDED and not p.is_floating_point() and layer is FALLBACK:
+                raise ValueError(f"{name} is {p.dtype} and {type(mod).__name__} has no layer that takes integer "
+                                 "weights (the generic layer adds float noise): register one with "
+                                 "hyperscalees.nn.register_layer, or exclude it via es_map")
+            _check_lowrank(mode, kinds.get(attr), name, mod, layer, kinds)
+            specs[name] = ParamSpec(name, tuple(p.shape), mode)
     unmatched = [k for k in overrides if not any(fnmatchcase(n, k) for n in specs)]
     if unmatched:
         raise ValueError(f"es_map patterns {unmatched} match no parameter; names are e.g. {list(specs)[:5]}")
     return specs
+
+
+def _check_lowrank(mode: ESMode, kind: str | None, name: str, mod: nn.Module, layer, kinds: dict) -> None:
+    want = {ESMode.MM_PARAM: ("out_in", "in_out"), ESMode.EMB_PARAM: ("rows",)}.get(mode)
+    if want and kind not in want:
+        where = f"{type(mod).__name__} (run by {type(layer).__name__})"
+        allowed = ", ".join(f"{a}: {'lowrank' if k != 'rows' else 'emb'}" for a, k in kinds.items()) or "none"
+        raise ValueError(f"{name}: mode {mode.name} is not supported by {where}; its low-rank parameters are "
+                         f"[{allowed}]. Map it to 'full' or 'excluded', or register a layer for the module type")

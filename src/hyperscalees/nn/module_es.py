@@ -3,16 +3,18 @@
 The facade owns nothing but a strategy (the maths) and the model it updates in place;
 it never copies weights per member. Inputs of a perturbed forward are member-major:
 the batch dimension holds ``members`` groups, group i belonging to member lo + i.
+Evaluating a population chunk by chunk is a backend's job (``hyperscalees.evaluate``,
+``hyperscalees.distributed.LocalBackend``).
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Callable
 
-import torch
 from torch import Tensor, nn
 
 from ..noise.population import Population
+from ..noise.store import NoiseStore
 from ..strategies.base import AbstractStrategy
 from ..strategies.config import ESConfig
 from ..strategies.eggroll import EggRollStrategy
@@ -22,29 +24,39 @@ from .perturb import perturbation
 
 
 class AbstractModuleES:
-    """Module-level ES; concrete classes pick the strategy."""
+    """Module-level ES; concrete classes pick the strategy.
+
+    ``groups``: torch-style parameter groups ``[{"params": [names or globs], "lr": .., "weight_decay": ..,
+    "sigma_scale": ..}]``; ``update_rule``: a name in ``strategies.rules.RULES`` or a class or factory
+    ``(params, groups, config) -> rule`` replacing the torch.optim rule.
+    """
 
     strategy_cls: type[AbstractStrategy]
 
     def __init__(self, model: nn.Module, population: int = 256, sigma: float = 0.01, rank: int = 1,
                  lr: float = 0.01, optimizer: str = "adam", seed: int = 0, shaping="centered_rank",
                  es_map: dict | None = None, lr_schedule: Callable[[int], float] | None = None,
-                 sigma_schedule: Callable[[int], float] | None = None, **config):
+                 sigma_schedule: Callable[[int], float] | None = None, groups: list[dict] | None = None,
+                 update_rule: str | Callable | None = None, **config):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.model = model
         shaping_name = shaping if isinstance(shaping, str) else "raw"
         factory = None
-        if not isinstance(optimizer, str):  # a torch.optim class or any params -> optimizer callable
+        if not isinstance(optimizer, str):  # a torch.optim class or any param groups -> optimizer callable
             factory = optimizer if not isinstance(optimizer, type) else (lambda ps, cls=optimizer: cls(ps, lr=lr))
             optimizer = "custom"
+        if isinstance(update_rule, str):  # a name in strategies.rules.RULES
+            config["update_rule"], update_rule = update_rule, None
+        elif update_rule is not None:
+            config["update_rule"] = "custom"
         self.config = ESConfig(population=population, sigma=sigma, rank=rank, lr=lr, optimizer=optimizer,
                                seed=seed, shaping=shaping_name, **config)
         self.specs = derive_specs(model, es_map)
         params = {name: p for _, _, name, p in owned_parameters(model)}
         self.strategy = self.strategy_cls(params, self.specs, self.config, lr_schedule=lr_schedule,
                                           sigma_schedule=sigma_schedule, shaping=shaping,
-                                          optimizer_factory=factory)
+                                          optimizer_factory=factory, groups=groups, update_rule=update_rule)
 
     @property
     def step(self) -> int:
@@ -57,40 +69,32 @@ class AbstractModuleES:
     def ask(self) -> Population:
         return self.strategy.ask()
 
+    def store(self) -> NoiseStore:
+        """This step's noise store (what perturbed forwards read and the update consumes)."""
+        return self.strategy.store(self.ask())
+
     @contextmanager
     def perturbed(self, members: slice | tuple[int, int] | None = None):
         """Run members ``members`` (default: all) of the current population in one forward."""
-        lo, hi = _member_range(members, self.config.population)
-        with perturbation(self.model, self.strategy, self.ask(), lo, hi):
+        lo, hi = member_range(members, self.config.population)
+        with perturbation(self.model, self.store(), lo, hi, self.config.fallback_mib):
             yield self
 
-    def evaluate(self, fitness_fn: Callable[[nn.Module, int, int], Tensor], chunk: int | None = None) -> Tensor:
-        """Fitness of the whole population, evaluated ``chunk`` members at a time.
+    def shape(self, fitness, weights=None) -> Tensor:
+        """Raw fitness (population,) or (population, G) -> shaped (population,), for :meth:`update`."""
+        return self.strategy.shape(self.ask(), fitness, weights)
 
-        ``fitness_fn(model, lo, hi)`` runs the perturbed model on member-major inputs for
-        members [lo, hi) and returns their (hi - lo,) scores.
-        """
-        n = self.config.population
-        chunk = n if chunk is None else chunk
-        if chunk < 2 or chunk % 2:
-            raise ValueError(f"chunk must be an even number >= 2 (whole antithetic pairs), got {chunk}")
-        out = []
-        for lo in range(0, n, chunk):
-            hi = min(n, lo + chunk)
-            with self.perturbed((lo, hi)):
-                f = torch.as_tensor(fitness_fn(self.model, lo, hi)).reshape(-1)
-            if f.numel() != hi - lo:
-                raise ValueError(f"fitness_fn returned {f.numel()} scores for members [{lo}, {hi})")
-            out.append(f.float().cpu())
-        return torch.cat(out)
+    def update(self, shaped) -> dict[str, float]:
+        """Move the model by shaped fitness (what every replica of a distributed run applies)."""
+        return self.strategy.update(self.ask(), shaped)
 
-    def tell(self, fitness) -> dict[str, float]:
-        """Shape ``fitness`` (population,), higher is better, and update the model in place."""
-        return self.strategy.tell(fitness)
+    def tell(self, fitness, weights=None) -> dict[str, float]:
+        """Shape ``fitness`` (population,) or (population, G), higher is better, and update the model."""
+        return self.strategy.tell(fitness, weights=weights)
 
-    def gradient_estimate(self, fitness) -> dict[str, Tensor]:
+    def gradient_estimate(self, fitness, weights=None) -> dict[str, Tensor]:
         """The raw ES estimate of ∇ E[fitness] per parameter name, without updating."""
-        return self.strategy.gradient_estimate(fitness)
+        return self.strategy.gradient_estimate(fitness, weights=weights)
 
     def state_dict(self) -> dict:
         return {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
@@ -101,7 +105,8 @@ class AbstractModuleES:
         self.strategy.load_state_dict(sd["strategy"])
 
 
-def _member_range(members, population: int) -> tuple[int, int]:
+def member_range(members, population: int) -> tuple[int, int]:
+    """(lo, hi) of ``members``: None (all), a slice with step 1, or a (lo, hi) pair."""
     if members is None:
         return 0, population
     if isinstance(members, slice):

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 import torch
 from torch import Tensor
 
+from .member import member_coef
+
 
 def do_mm_dense(x: Tensor, weight: Tensor, noise: Tensor, signs: Tensor, sigma: float,
                 bias: Tensor | None = None, bias_noise: Tensor | None = None) -> Tensor:
@@ -21,5 +23,17 @@ def do_mm_dense(x: Tensor, weight: Tensor, noise: Tensor, signs: Tensor, sigma: 
     delta = torch.bmm(xk, noise.to(x.dtype).transpose(1, 2))  # (K, 2M, out)
     if bias_noise is not None:
         delta = delta + bias_noise.to(x.dtype).unsqueeze(1)
-    delta = delta.view(k, 2, m2 // 2, -1) * (signs.to(x.dtype) * sigma).view(k, 2, 1, 1)
+    delta = delta.view(k, 2, m2 // 2, -1) * member_coef(signs, sigma, 1, x.dtype)
     return y + delta.view_as(y)
+
+
+def add_emb_dense(y: Tensor, rows: Tensor, signs: Tensor, sigma: float) -> Tensor:
+    """y + s·σ·E[idx] for looked-up rows y (P·T.., dim), rows (K, 2T, dim) of each pair's dense draw."""
+    k, m2, dim = rows.shape
+    delta = rows.to(y.dtype).view(k, 2, m2 // 2, dim) * member_coef(signs, sigma, 1, y.dtype)
+    return y + delta.view_as(y)
+
+
+def do_emb_dense(idx: Tensor, weight: Tensor, rows: Tensor, signs: Tensor, sigma: float) -> Tensor:
+    """(W + s·σ·E)[idx] for W stored (vocab, dim) with dense noise rows (K, 2T, dim)."""
+    return add_emb_dense(F.embedding(idx, weight), rows, signs, sigma)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .lowrank_plan import lowrank_plan, plan_term, plan_term_into
+from .member import member_coef
 
 
 def add_lowrank_(y: Tensor, x: Tensor, x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float,
@@ -66,23 +67,19 @@ def do_Tmm(x: Tensor, weight: Tensor, a: Tensor, b: Tensor, signs: Tensor, scale
     return add_lowrank_(y, x, a, b, signs, scale)
 
 
-def do_emb(idx: Tensor, weight: Tensor, a_rows: Tensor, b: Tensor, signs: Tensor, scale: float) -> Tensor:
-    """(W + s·scale·A Bᵀ)[idx] for W stored (vocab, dim).
+def add_emb_lowrank(y: Tensor, a_rows: Tensor, b: Tensor, signs: Tensor, scale: float) -> Tensor:
+    """y + s·scale·(A Bᵀ)[idx] for looked-up rows y (P·T.., dim) of a table stored (vocab, dim).
 
-    a_rows (K, 2M, r) are the rows of A picked by each member's tokens (drawn on demand,
-    never the whole (K, vocab, r) table); b (K, dim, r).
+    a_rows (K, 2T, r) are the rows of A picked by each pair's tokens (drawn on demand, never
+    the whole (K, vocab, r) table); b (K, dim, r). One batched GEMM pass, no separate delta.
     """
     k, r = b.shape[0], b.shape[-1]
-    y = F.embedding(idx, weight)
     m2 = a_rows.shape[1]
-    coef = (signs.to(y.dtype) * scale).view(k, 2, 1, 1)
-    left = a_rows.to(y.dtype).view(k, 2, m2 // 2, r).mul(coef).view(k, m2, r)
-    yk = y.view(k, m2, -1)
+    left = a_rows.to(y.dtype).view(k, 2, m2 // 2, r).mul(member_coef(signs, scale, 1, y.dtype)).view(k, m2, r)
+    yk = y.reshape(k, m2, -1)
     return torch.baddbmm(yk, left, b.to(y.dtype).transpose(1, 2)).view_as(y)
 
 
-def get_noisy_standard(param: Tensor, noise: Tensor, signs: Tensor, sigma: float) -> Tensor:
-    """(P, *shape) per-member copies param + s·σ·ε of a small tensor (bias, norm weight)."""
-    k = noise.shape[0]
-    coef = (signs.to(param.dtype) * sigma).view(k, 2, *([1] * param.dim()))
-    return (param + noise.to(param.dtype).unsqueeze(1) * coef).view(2 * k, *param.shape)
+def do_emb(idx: Tensor, weight: Tensor, a_rows: Tensor, b: Tensor, signs: Tensor, scale: float) -> Tensor:
+    """(W + s·scale·A Bᵀ)[idx] for W stored (vocab, dim); see :func:`add_emb_lowrank`."""
+    return add_emb_lowrank(F.embedding(idx, weight), a_rows, b, signs, scale)

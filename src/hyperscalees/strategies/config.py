@@ -5,9 +5,11 @@ from dataclasses import dataclass
 
 from ..noise.distributions import check_distribution
 from ..noise.population import validate_population_args
+from .shaping import check_group_fitness
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")  # "custom": a torch.optim class/factory was passed
 UPDATES = ("mean", "sign")
+UPDATE_RULES = ("optimizer", "custom")  # "custom": an update rule class/factory was passed
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class ESConfig:
     baseline_every: int = 0        # >0: members i % k in {0,1} are unperturbed baselines
     update_chunk: int = 4096       # pairs regenerated at once in tell(); bounds its memory
     noise_cache_mib: float = 64.0  # whole-step noise kept for chunks and tell(); 0 = always regenerate
+    group_fitness: str = "mean"    # (P, G) fitness: "mean" over G then shape, or "per_group" shape each column
+    update_rule: str = "optimizer" # how estimates move the weights (strategies.rules.RULES)
+    fallback_mib: float = 64.0     # per-member parameter copies the generic (vmap) layer may make per forward
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
@@ -49,3 +54,8 @@ class ESConfig:
             raise ValueError(f"noise_cache_mib must be >= 0, got {self.noise_cache_mib!r}")
         if self.update_chunk < 1:
             raise ValueError(f"update_chunk must be >= 1, got {self.update_chunk!r}")
+        check_group_fitness(self.group_fitness)
+        if self.update_rule not in UPDATE_RULES:
+            raise ValueError(f"unknown update_rule {self.update_rule!r}; choose one of {UPDATE_RULES}")
+        if not self.fallback_mib >= 0:
+            raise ValueError(f"fallback_mib must be >= 0, got {self.fallback_mib!r}")

@@ -1,6 +1,6 @@
 """EGGROLL: rank-r noise on matrices and embeddings, full-rank noise on the rest."""
+from ..noise.spec import ESMode, ParamSpec
 from .base import AbstractStrategy
-from .param_spec import ESMode, ParamSpec
 
 
 class EggRollStrategy(AbstractStrategy):

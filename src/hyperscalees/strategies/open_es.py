@@ -1,6 +1,6 @@
 """OpenES: naive full-rank ES with the same API -- the baseline EGGROLL is measured against."""
+from ..noise.spec import ParamSpec
 from .base import AbstractStrategy
-from .param_spec import ParamSpec
 
 
 class OpenESStrategy(AbstractStrategy):

@@ -1,10 +1,22 @@
-"""Fitness shaping: raw scores (P,) -> shaped weights (P,). Higher is better.
+"""Fitness shaping: raw scores -> shaped weights (P,). Higher is better.
 
 Plain functions, passed to a strategy by name or as a callable. Non-finite scores are
 dealt with before shaping by :func:`sanitize`, so no NaN can reach the weights.
+
+Fitness may be (P,) or (P, G): G prompts, episodes or groups per member. How the G
+columns become one score per member is declared by ``group_fitness``:
+``"mean"`` averages each member's G scores, then shapes (episodes of one policy);
+``"per_group"`` shapes every column on its own across members, then averages the shaped
+columns (prompts of different difficulty: each normalised against the others on it).
+Optional per-member ``weights`` (P,) say how much each score is worth (HyperscaleES's
+``num_episodes_list``); a member with weight 0 carries no information.
+
+Sums go through :func:`fixed_sum` (fixed blocks): a plain ``torch.sum`` over more than
+32k values is split by thread count and its last bits follow it.
 """
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Callable
 
@@ -12,15 +24,43 @@ import torch
 from torch import Tensor
 
 Shaping = Callable[[Tensor], Tensor]
+GROUP_FITNESS = ("mean", "per_group")
+SUM_BLOCK = 4096
+
+
+def fixed_sum(x: Tensor) -> Tensor:
+    """Σ x over all elements in an order fixed by the size alone (blocks of 4096, then the block sums)."""
+    flat = x.reshape(-1)
+    pad = (-flat.numel()) % SUM_BLOCK
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    return flat.view(-1, SUM_BLOCK).sum(dim=1).sum()
+
+
+def _mean_var(f: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(mean, population variance) of f, weighted by w if given."""
+    if w is None:
+        mean = fixed_sum(f) / f.numel()
+        return mean, fixed_sum((f - mean) ** 2) / f.numel()
+    total = fixed_sum(w)
+    mean = fixed_sum(w * f) / total
+    return mean, fixed_sum(w * (f - mean) ** 2) / total
 
 
 def raw(f: Tensor) -> Tensor:
     return f.clone()
 
 
-def z_score(f: Tensor, eps: float = 1e-5) -> Tensor:
-    """HyperscaleES's shaping: (R - mean) / sqrt(var + eps), population variance."""
-    return (f - f.mean()) / torch.sqrt(f.var(unbiased=False) + eps)
+def z_score(f: Tensor, weights: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """HyperscaleES's shaping: (R - mean) / sqrt(var + eps), population variance.
+
+    With ``weights`` each member counts by its weight in the mean and variance (its
+    episode count), and members of weight 0 get 0.
+    """
+    if weights is None:
+        mean, var = _mean_var(f)
+        return (f - mean) / torch.sqrt(var + eps)
+    return episode_weighted_z_score(f, weights, eps)
 
 
 def centered_rank(f: Tensor) -> Tensor:
@@ -39,11 +79,12 @@ def centered_rank(f: Tensor) -> Tensor:
 
 
 def group_normalize(f: Tensor, group_size: int, eps: float = 1e-5) -> Tensor:
-    """Subtract each group's mean (members sharing a prompt), divide by the global std."""
+    """Subtract each group's mean (consecutive members sharing a prompt), divide by the global std."""
     if group_size < 2 or f.numel() % group_size:
         raise ValueError(f"group_size must be >= 2 and divide the population {f.numel()}, got {group_size}")
     g = f.view(-1, group_size)
-    return ((g - g.mean(dim=1, keepdim=True)) / torch.sqrt(f.var(unbiased=False) + eps)).view_as(f)
+    _, var = _mean_var(f)
+    return ((g - g.mean(dim=1, keepdim=True)) / torch.sqrt(var + eps)).view_as(f)
 
 
 def pair_sign(f: Tensor, dead_zone: float = 0.0) -> Tensor:
@@ -63,14 +104,12 @@ def episode_weighted_z_score(f: Tensor, num_episodes: Tensor, eps: float = 1e-5)
     A member averaged over more episodes is a more reliable estimate; one with zero
     episodes carries no information and gets weight 0.
     """
-    w = num_episodes.to(f.dtype)
-    if (w < 0).any():
-        raise ValueError("num_episodes_list must be non-negative")
-    total = w.sum()
-    if total <= 0:
+    w = torch.as_tensor(num_episodes, device=f.device).to(f.dtype)
+    if (w < 0).any() or not bool(torch.isfinite(w).all()):
+        raise ValueError("per-member weights (num_episodes_list) must be finite and non-negative")
+    if fixed_sum(w) <= 0:
         return torch.zeros_like(f)
-    mean = (w * f).sum() / total
-    var = (w * (f - mean) ** 2).sum() / total
+    mean, var = _mean_var(f, w)
     return torch.where(w > 0, (f - mean) / torch.sqrt(var + eps), torch.zeros_like(f))
 
 
@@ -81,6 +120,16 @@ SHAPINGS: dict[str, Shaping] = {
     "pair_sign": pair_sign,
     "ternary": lambda f: pair_sign(f, dead_zone=1e-8),
 }
+WEIGHTED = {"z_score"}  # shapings that take per-member weights
+
+
+def takes_weights(shaping: Shaping) -> bool:
+    if any(shaping is SHAPINGS[n] for n in WEIGHTED):
+        return True
+    try:
+        return "weights" in inspect.signature(shaping).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def get_shaping(shaping: str | Shaping) -> Shaping:
@@ -95,10 +144,10 @@ _warned_nonfinite = False
 
 
 def sanitize(fitness: Tensor) -> tuple[Tensor, int]:
-    """Replace NaN/inf by the worst finite score; return the count replaced.
+    """Replace NaN/inf by the worst finite score (of its column, for (P, G)); return the count replaced.
 
-    +inf is treated as broken too: an overflowed score is not a good one. Warns once
-    per process. If nothing is finite, returns all zeros (the update is then zero).
+    +inf is treated as broken too: an overflowed score is not a good one. Warns once per
+    process. A column with nothing finite becomes all zeros (it then moves nothing).
     """
     global _warned_nonfinite
     bad = ~torch.isfinite(fitness)
@@ -109,18 +158,73 @@ def sanitize(fitness: Tensor) -> tuple[Tensor, int]:
         warnings.warn(f"{n_bad} non-finite fitness value(s) treated as the worst score "
                       "(counted in metrics['nonfinite']); further warnings suppressed", RuntimeWarning)
         _warned_nonfinite = True
-    if n_bad == fitness.numel():
-        return torch.zeros_like(fitness), n_bad
-    worst = fitness[~bad].min()
+    worst = torch.where(bad, torch.inf, fitness).min(dim=0).values  # per column, or a scalar for (P,)
+    worst = torch.where(torch.isfinite(worst), worst, torch.zeros_like(worst))
     return torch.where(bad, worst, fitness), n_bad
 
 
 def check_fitness(fitness, population: int) -> Tensor:
-    """Coerce to a 1-D float tensor of length ``population`` or raise naming the bad shape."""
+    """Coerce to a float tensor (P,) or (P, G) or raise naming the bad shape."""
     f = torch.as_tensor(fitness)
     if not (f.is_floating_point() or f.dtype in (torch.int32, torch.int64, torch.int8, torch.int16)):
         raise TypeError(f"fitness must be numeric, got dtype {f.dtype}")
-    f = f.to(torch.float32).reshape(-1) if f.dim() <= 1 else f
-    if f.dim() != 1 or f.numel() != population:
-        raise ValueError(f"fitness must have shape ({population},), one score per member, got {tuple(f.shape)}")
+    f = f.to(torch.float32)
+    if f.dim() == 0:
+        f = f.reshape(1)
+    if f.dim() > 2 or f.shape[0] != population or f.numel() == 0:
+        raise ValueError(f"fitness must have shape ({population},) -- one score per member -- or "
+                         f"({population}, G) for G scores per member, got {tuple(f.shape)}")
     return f
+
+
+def check_weights(weights, population: int, device) -> Tensor | None:
+    if weights is None:
+        return None
+    w = torch.as_tensor(weights, device=device).to(torch.float32)
+    if w.shape != (population,):
+        raise ValueError(f"per-member weights must have shape ({population},), got {tuple(w.shape)}")
+    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+        raise ValueError("per-member weights must be finite and non-negative")
+    return w
+
+
+def check_group_fitness(mode: str) -> str:
+    if mode not in GROUP_FITNESS:
+        raise ValueError(f"unknown group_fitness {mode!r}; choose one of {GROUP_FITNESS}")
+    return mode
+
+
+def shape_fitness(fitness, population: int, shaping: Shaping, group_fitness: str = "mean",
+                  weights=None, baseline_every: int = 0) -> tuple[Tensor, int]:
+    """Raw scores (P,) or (P, G) -> shaped (P,), and the number of non-finite scores replaced.
+
+    Order: sanitize; reduce or shape the G columns (see the module docstring); subtract
+    the baseline members' score within each block of ``baseline_every`` members; shape.
+    """
+    f, n_bad = sanitize(check_fitness(fitness, population))
+    w = check_weights(weights, population, f.device)
+    if w is not None and not takes_weights(shaping):
+        raise ValueError(f"per-member weights need a shaping that takes them ({sorted(WEIGHTED)}, or a "
+                         "callable with a `weights` argument); rank- and sign-based shapings do not")
+
+    def one(col: Tensor) -> Tensor:
+        if baseline_every:
+            g = col.view(-1, baseline_every)
+            col = (g - g[:, :2].mean(dim=1, keepdim=True)).reshape(-1)
+        return shaping(col) if w is None else shaping(col, weights=w)
+
+    if f.dim() == 1:
+        return one(f), n_bad
+    if check_group_fitness(group_fitness) == "mean":
+        return one(f.mean(dim=1)), n_bad
+    return torch.stack([one(f[:, j]) for j in range(f.shape[1])], dim=1).mean(dim=1), n_bad
+
+
+def fitness_stats(fitness: Tensor) -> dict[str, float]:
+    """Mean and max of the finite raw scores (per member, averaged over G), and the non-finite count."""
+    f = fitness if fitness.dim() == 1 else fitness.mean(dim=1)
+    finite = f[torch.isfinite(f)]
+    nan = float("nan")
+    return {"fitness_mean": float(finite.mean()) if finite.numel() else nan,
+            "fitness_max": float(finite.max()) if finite.numel() else nan,
+            "nonfinite": int((~torch.isfinite(fitness)).sum())}

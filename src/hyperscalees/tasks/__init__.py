@@ -1,5 +1,5 @@
 """Fitness functions with their models and metrics; ``TASKS`` maps a name to its class."""
-from .base import AbstractTask, NoOptions, member_major, mlp
+from .base import AbstractTask, NoOptions, member_major
 from .digits import DigitsTask
 from .poly import PolyTask
 from .predict2 import Predict2Task
@@ -16,4 +16,4 @@ def get_task(name: str) -> type[AbstractTask]:
 
 
 __all__ = ["AbstractTask", "DigitsTask", "NoOptions", "PolyTask", "Predict2Task", "TASKS", "XorTask",
-           "get_task", "member_major", "mlp"]
+           "get_task", "member_major"]

@@ -94,19 +94,6 @@ def make_options(cls: type, values: dict):
     return cls(**values)
 
 
-def mlp(sizes: list[int], activation: str = "tanh") -> nn.Sequential:
-    """Linear layers of ``sizes`` with ``activation`` between them (not after the last)."""
-    acts = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
-    if activation not in acts:
-        raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(acts)}")
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(acts[activation]())
-    return nn.Sequential(*layers)
-
-
 def member_major(x: Tensor, members: int) -> Tensor:
     """(B, ...) -> (members*B, ...): the same examples for every member, member-major."""
     return x.repeat(members, *([1] * (x.dim() - 1)))

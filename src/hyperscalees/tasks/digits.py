@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import AbstractTask, member_major, mlp
+from ..models import mlp
+from .base import AbstractTask, member_major
 
 _SPLIT_SEED = 1234  # fixed: the held-out set is the same for every run
 

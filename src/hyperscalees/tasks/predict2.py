@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .base import AbstractTask, member_major, mlp
+from ..models import mlp
+from .base import AbstractTask, member_major
 
 _EVAL_STREAM = -1  # the held-out batch lives on a stream no training step uses
 

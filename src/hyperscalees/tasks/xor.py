@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .base import AbstractTask, member_major, mlp
+from ..models import mlp
+from .base import AbstractTask, member_major
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,7 @@
+"""Backends: turning a population into fitness, in-process (``local``) or across workers."""
+from .base import AbstractBackend
+from .local import LocalBackend, evaluate
+
+BACKENDS = {"local": LocalBackend}
+
+__all__ = ["AbstractBackend", "BACKENDS", "LocalBackend", "evaluate"]

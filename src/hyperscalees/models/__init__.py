@@ -1,0 +1,5 @@
+"""Reference models: plain ``nn.Module``s the tasks and benchmarks train (no ES code in here)."""
+from .mlp import ACTIVATIONS, mlp
+from .transformer import Block, TinyLM
+
+__all__ = ["ACTIVATIONS", "Block", "TinyLM", "mlp"]

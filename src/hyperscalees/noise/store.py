@@ -1,0 +1,155 @@
+"""One ES step's noise, as the forwards and the update of that step share it.
+
+A :class:`NoiseStore` is made by the strategy for one :class:`Population` (in ``ask``) and
+read by everything that needs that step's noise: the perturbed forwards (every chunk,
+every call) and the update that consumes it. It holds
+
+- each perturbed parameter's scales (:func:`noise_scales`: σ, σ/√r, per-parameter
+  multipliers -- computed here and nowhere else);
+- whole-step draws, made once and served to every chunk as slices and to the update,
+  while they fit the byte budget (past it, chunks draw their own and the update
+  regenerates, so memory stays bounded for any population);
+- values derived from the draws that layers reuse within the step (GEMM plans), made
+  on their second use, under the same budget;
+- which parameters' noise a forward actually applied, so the update can refuse to move
+  a parameter from noise that never reached the model.
+
+Dimensions: P members, K = P/2 pairs; members [lo, hi) are whole pairs.
+"""
+from __future__ import annotations
+
+from typing import Callable, Collection, Hashable, Mapping
+
+import torch
+from torch import Tensor
+
+from .draw import Noise, draw_noise, draw_rows, noise_nbytes, noise_scales, select_rows
+from .population import Population
+from .spec import ESMode, ParamSpec
+
+
+class NoiseStore:
+    """The noise of one step of one strategy: see the module docstring."""
+
+    def __init__(self, pop: Population, specs: Mapping[str, ParamSpec], lowrank: Collection[str],
+                 devices: Mapping[str, torch.device], budget_bytes: float,
+                 sigma_scales: Mapping[str, float] | None = None):
+        self.pop = pop
+        self.specs = {n: s for n, s in specs.items() if s.mode != ESMode.EXCLUDED}
+        self.lowrank = frozenset(n for n in lowrank if n in self.specs)
+        self.devices = dict(devices)
+        self.budget_bytes = float(budget_bytes)
+        extra = sigma_scales or {}
+        self._scales = {n: noise_scales(pop.sigma, s.sigma_scale * extra.get(n, 1.0), pop.rank, n in self.lowrank)
+                        for n, s in self.specs.items()}
+        self._draws: dict[str, Noise] = {}
+        self._memo: dict[Hashable, object] = {}
+        self._memo_asked: set = set()
+        self.bytes_used = 0
+        self.applied: set[str] = set()
+        self.forwards = 0
+
+    # -- what each parameter gets -------------------------------------------------------
+    def is_perturbed(self, name: str) -> bool:
+        return name in self.specs
+
+    def is_lowrank(self, name: str) -> bool:
+        return name in self.lowrank
+
+    def sigma(self, name: str) -> float:
+        """σ of ``name`` this step: the step's σ times the parameter's multipliers."""
+        return self._scales[name][0]
+
+    def scale(self, name: str) -> float:
+        """Coefficient of ``name``'s unit noise term: σ/√r (low-rank) or σ."""
+        return self._scales[name][1]
+
+    # -- drawing ------------------------------------------------------------------------
+    def draw(self, name: str, pairs: Tensor, signs: Tensor) -> Noise:
+        """Noise of arbitrary ``pairs`` (K,) with the caller's ``signs`` (K, 2); never cached."""
+        spec = self.specs[name]
+        return draw_noise(self.pop, name, spec.shape, pairs, signs, name in self.lowrank, *self._scales[name])
+
+    def _draw_members(self, name: str, lo: int, hi: int) -> Noise:
+        dev = self.devices[name]
+        return self.draw(name, self.pop.pairs(lo, hi, device=dev), self.pop.signs(lo, hi, device=dev))
+
+    def cached(self, name: str) -> Noise | None:
+        """The whole-step draw of ``name``, made on first use, or None if it does not fit the budget."""
+        if name not in self._draws:
+            nbytes = noise_nbytes(self.specs[name].shape, self.pop, name in self.lowrank)
+            if self.bytes_used + nbytes > self.budget_bytes:
+                return None
+            self._draws[name] = self._draw_members(name, 0, self.pop.size)
+            self.bytes_used += nbytes
+        return self._draws[name]
+
+    def noise(self, name: str, lo: int = 0, hi: int | None = None) -> Noise:
+        """Noise of members [lo, hi) (whole pairs): a slice of the whole-step draw, or drawn alone."""
+        hi = self.pop.size if hi is None else hi
+        self.pop.check_members(lo, hi)
+        whole = self.cached(name)
+        if whole is None:
+            return self._draw_members(name, lo, hi)
+        return whole if (lo, hi) == (0, self.pop.size) else whole.slice(lo // 2, hi // 2)
+
+    def rows(self, name: str, lo: int, hi: int, rows: Tensor) -> Noise:
+        """Rows (K, T) of a (rows, cols) parameter's noise for members [lo, hi) (embedding lookups).
+
+        Drawn on demand (a lookup needs a few rows of a large table), or gathered from the
+        whole-step draw when one is already in memory.
+        """
+        self.pop.check_members(lo, hi)
+        if name in self._draws:
+            return select_rows(self._draws[name].slice(lo // 2, hi // 2), rows)
+        dev = rows.device
+        spec = self.specs[name]
+        return draw_rows(self.pop, name, spec.shape, self.pop.pairs(lo, hi, device=dev),
+                         self.pop.signs(lo, hi, device=dev), rows, name in self.lowrank, *self._scales[name])
+
+    def peek(self, name: str) -> Noise | None:
+        """The whole-step draw of ``name`` if one is in memory (never draws)."""
+        return self._draws.get(name)
+
+    def take(self, name: str) -> Noise | None:
+        """Hand the whole-step draw of ``name`` over (the update), dropping it from the store."""
+        noise = self._draws.pop(name, None)
+        if noise is not None:
+            self.bytes_used -= noise_nbytes(self.specs[name].shape, self.pop, name in self.lowrank)
+        return noise
+
+    # -- values derived from the step's noise -------------------------------------------
+    def memo(self, key: Hashable, nbytes: int, make: Callable[[], object]):
+        """A value derived from this step's noise (a layer's GEMM plan), made once per step.
+
+        Made only when asked for a second time in the step (a later chunk, or the next
+        environment step of a policy): a value used once would only take budget from the
+        draws themselves. Returns None when not made, and the caller works without it.
+        """
+        if key not in self._memo:
+            if key not in self._memo_asked:
+                self._memo_asked.add(key)
+                return None
+            if self.bytes_used + nbytes > self.budget_bytes:
+                return None
+            self._memo[key] = make()
+            self.bytes_used += nbytes
+        return self._memo[key]
+
+    @property
+    def memo_count(self) -> int:
+        return len(self._memo)
+
+    # -- what reached the forward -------------------------------------------------------
+    def note_forward(self) -> None:
+        """A perturbed forward (a chunk) started."""
+        self.forwards += 1
+
+    def mark_applied(self, *names: str | None) -> None:
+        self.applied.update(n for n in names if n is not None)
+
+    def unapplied(self) -> list[str]:
+        """Perturbed parameters whose noise no forward of this step applied (empty if none ran)."""
+        if not self.forwards:
+            return []
+        return sorted(set(self.specs) - self.applied)

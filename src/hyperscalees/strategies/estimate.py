@@ -1,0 +1,61 @@
+"""The ES estimate ĝ = (1/(Nσ)) Σ_i f_i ε_i of ∇ E[fitness], from one step's noise store.
+
+ε_i is member i's unit-variance noise (s·A Bᵀ/√r or s·ε), σ the parameter's own σ. The
+1/(Nσ) and 1/√r scales are folded into the (K,) pair weights, never full-size passes.
+
+The bits of ĝ are a function of (step, shaped fitness) alone. Pairs are regenerated in
+chunks of ``update_chunk`` pairs rounded up to whole reduction blocks, and summed block by
+block in a fixed order with thread-count-independent GEMMs (``ops.update``); a draw held
+in the store is sliced into the very same chunks. So the thread count, ``update_chunk``,
+the noise cache and how the forwards were chunked never change the update.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..noise.store import NoiseStore
+from ..ops.update import REDUCTION_PAIRS, full_sum_, lowrank_sum_, pair_weights
+
+
+def chunk_pairs(update_chunk: int) -> int:
+    """Pairs regenerated at once: ``update_chunk`` rounded up to whole reduction blocks."""
+    return -(-max(1, update_chunk) // REDUCTION_PAIRS) * REDUCTION_PAIRS
+
+
+def estimate(store: NoiseStore, shaped: Tensor, names: list[str], update_chunk: int,
+             sign_update: bool = False, consume: bool = False) -> dict[str, Tensor]:
+    """ĝ (float32, the parameter's shape) for each of ``names``.
+
+    With ``consume`` each whole-step draw is taken out of the store as it is used, so the
+    store shrinks while the estimates grow and the two never peak together.
+    """
+    return {n: estimate_one(store, n, shaped, update_chunk, sign_update, consume) for n in names}
+
+
+def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int, sign_update: bool = False,
+                 consume: bool = False) -> Tensor:
+    pop, dev, lowrank = store.pop, store.devices[name], store.is_lowrank(name)
+    coef = 1.0 / (pop.size * store.sigma(name))
+    if lowrank:
+        coef /= math.sqrt(pop.rank)                  # the unit term is A Bᵀ/√r
+    whole = store.take(name) if consume else store.peek(name)
+    f = shaped.to(device=dev, dtype=torch.float32)
+    total = torch.zeros(store.specs[name].shape, dtype=torch.float32, device=dev)
+    step = chunk_pairs(update_chunk)
+    for k0 in range(0, pop.num_pairs, step):
+        k1 = min(pop.num_pairs, k0 + step)
+        if whole is not None:
+            noise = whole.slice(k0, k1)
+        else:
+            noise = store.draw(name, pop.pairs(2 * k0, 2 * k1, device=dev), pop.signs(2 * k0, 2 * k1, device=dev))
+        w = pair_weights(f[2 * k0:2 * k1], noise.signs) * coef
+        if lowrank:
+            a, b = (noise.a.sign(), noise.b.sign()) if sign_update else (noise.a, noise.b)
+            lowrank_sum_(total, a, b, w)
+        else:
+            full_sum_(total, noise.eps, w)
+        del noise
+    return total

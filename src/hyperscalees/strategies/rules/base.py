@@ -1,0 +1,39 @@
+"""The update-rule seam: how an ES estimate becomes a change of the weights.
+
+Everything before this step -- shaping, the estimate ĝ -- is the same for every rule.
+A rule receives ĝ per parameter (the ascent direction of expected fitness, float32,
+the parameter's shape), changes the parameters in place and owns whatever state it
+needs (moments, fp32 masters, integer accumulators). ``torch.optim`` is one rule
+(:class:`OptimizerRule`); integer-only models plug in rules of their own beside it.
+
+A custom rule is any class or factory ``(params, groups, config) -> rule`` whose object
+has the methods below; pass it as ``update_rule=`` to a strategy or ``hs.EGGROLL``.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from ..groups import ParamGroup
+
+
+class AbstractUpdateRule:
+    """State in, update out. ``params`` maps names to the live tensors the rule may change."""
+
+    def __init__(self, params: dict[str, Tensor], groups: list[ParamGroup], config):
+        self.params = params
+        self.groups = groups
+        self.config = config
+
+    def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
+        """Move every parameter named in ``estimates``; group lrs are scaled by ``lr_factor`` (schedules)."""
+        raise NotImplementedError
+
+    def lrs(self, lr_factor: float) -> list[float]:
+        """The learning rate of each group at ``lr_factor``, for metrics."""
+        return [g.lr * lr_factor for g in self.groups]
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass

@@ -1,0 +1,127 @@
+"""The default update rule: a stock ``torch.optim`` optimizer steps ``-ĝ`` written into ``.grad``.
+
+Adam, weight decay, Muon and any torch optimizer then come for free. Parameters in bf16 or
+fp16 are stepped through fp32 master copies, so tiny ES steps do not vanish in rounding.
+Each :class:`ParamGroup` becomes one torch param group (its lr and weight decay).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..groups import ParamGroup
+from .base import AbstractUpdateRule
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+_FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+class OptimizerGroup:
+    """Several optimizers stepped as one (Muon takes only matrices; AdamW the rest)."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]):
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self):
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    def step(self):
+        for o in self.optimizers:
+            o.step()
+
+    def zero_grad(self, set_to_none: bool = True):
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return {"optimizers": [o.state_dict() for o in self.optimizers]}
+
+    def load_state_dict(self, sd):
+        for o, s in zip(self.optimizers, sd["optimizers"]):
+            o.load_state_dict(s)
+
+
+def _fused(params: list[Tensor]) -> dict:
+    """``fused=True`` where torch has a one-pass kernel for these tensors (Adam's default path
+    makes ~10 passes over every parameter; the fused kernel is one)."""
+    kinds = {p.device.type for p in params}
+    ok = kinds <= {"cpu", "cuda"} and len(kinds) == 1 and all(p.dtype in _FUSED_DTYPES for p in params)
+    return {"fused": True} if ok else {}
+
+
+def build_optimizer(groups: list[dict], name: str, momentum: float = 0.0) -> OptimizerGroup:
+    """One optimizer (two for Muon) over torch-style ``groups`` [{"params", "lr", "weight_decay"}]."""
+    tensors = [p for g in groups for p in g["params"]]
+    if not tensors:
+        raise ValueError("no trainable parameters: everything is excluded or frozen")
+    if name == "sgd":
+        return OptimizerGroup([torch.optim.SGD(groups, momentum=momentum)])
+    if name == "adam":
+        return OptimizerGroup([torch.optim.Adam(groups, **_fused(tensors))])
+    if name == "adamw":
+        return OptimizerGroup([torch.optim.AdamW(groups, **_fused(tensors))])
+    if name == "muon":
+        split = lambda keep: [dict(g, params=[p for p in g["params"] if keep(p)]) for g in groups]
+        mats = [g for g in split(lambda p: p.dim() == 2) if g["params"]]
+        rest = [g for g in split(lambda p: p.dim() != 2) if g["params"]]
+        opts = [torch.optim.Muon(mats)] if mats else []
+        if rest:
+            opts.append(torch.optim.AdamW(rest, **_fused([p for g in rest for p in g["params"]])))
+        return OptimizerGroup(opts)
+    if name == "custom":
+        raise ValueError("optimizer 'custom' needs an optimizer class or factory (optimizer_factory=...)")
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+class OptimizerRule(AbstractUpdateRule):
+    """``-ĝ`` into ``.grad`` of (fp32 master) parameters, then ``optimizer.step()``."""
+
+    def __init__(self, params: dict[str, Tensor], groups: list[ParamGroup], config,
+                 optimizer_factory: Callable | None = None):
+        super().__init__(params, groups, config)
+        for n in (n for g in groups for n in g.names):
+            if not params[n].is_floating_point():
+                raise ValueError(f"parameter {n!r} is {params[n].dtype}: torch optimizers step float tensors "
+                                 "only; pass an update rule for integer weights (update_rule=...)")
+        self.masters = {n: (params[n].detach().float().clone() if params[n].dtype in LOW_PRECISION else params[n])
+                        for g in groups for n in g.names}
+        torch_groups = [{"params": [self.masters[n] for n in g.names], "lr": g.lr, "weight_decay": g.weight_decay}
+                        for g in groups]
+        self.optimizer = (OptimizerGroup([optimizer_factory(torch_groups)]) if optimizer_factory
+                          else build_optimizer(torch_groups, config.optimizer, config.momentum))
+        self._base_lrs = [g["lr"] for g in self.optimizer.param_groups]
+
+    def _set_lr(self, factor: float) -> None:
+        for g, base in zip(self.optimizer.param_groups, self._base_lrs):
+            g["lr"] = base * factor
+
+    def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
+        self._set_lr(lr_factor)
+        for n in list(estimates):
+            # the estimate is a fresh tensor: negate it in place and hand it over, no copy
+            g = estimates.pop(n).neg_()
+            self.masters[n].grad = g if g.dtype == self.masters[n].dtype else g.to(self.masters[n].dtype)
+        self.optimizer.step()
+        self.optimizer.zero_grad()  # set_to_none: the estimates are freed before the next forward
+        with torch.no_grad():
+            for n, m in self.masters.items():
+                if m is not self.params[n]:
+                    self.params[n].copy_(m)
+
+    def lrs(self, lr_factor: float) -> list[float]:
+        return [base * lr_factor for base in self._base_lrs]
+
+    def state_dict(self) -> dict:
+        # torch optimizers hand out live references to their moments: copy so the snapshot stays put
+        return {"optimizer": copy.deepcopy(self.optimizer.state_dict()),
+                "masters": {n: m.detach().clone() for n, m in self.masters.items() if m is not self.params[n]}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        with torch.no_grad():
+            for n, m in state.get("masters", {}).items():
+                self.masters[n].copy_(m)
