@@ -105,3 +105,24 @@ def test_import_needs_only_torch():
             "print(sorted(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# Arrows the layer order would allow but the design forbids (module path prefix -> layer it may not import).
+NEVER = [
+    ("nn/layers/", "strategies"),  # layers read the step's NoiseStore, never the algorithm
+    ("nn/perturb.py", "strategies"),
+    ("nn/es_map.py", "strategies"),
+    ("ops/", "noise"),             # pure tensor maths: no seeds, no draws
+    ("tasks/", "strategies"), ("tasks/", "nn"), ("tasks/", "functional"),
+    ("models/", "nn"), ("models/", "strategies"),
+    ("engine/", "distributed"),    # the engine receives a backend; the CLI builds it
+]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_forbidden_arrows(path):
+    rel = path.relative_to(ROOT).as_posix()
+    bad = [f"line {line}: {rel} may not import hyperscalees.{parts[0]}"
+           for line, parts, _ in imports(path) if parts
+           for prefix, banned in NEVER if rel.startswith(prefix) and parts[0] == banned]
+    assert not bad, "\n".join(bad)

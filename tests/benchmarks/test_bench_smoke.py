@@ -1,16 +1,28 @@
 """Smoke tests of the benchmarks' --quick runs: structure and JSON keys, never timings."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from hyperscalees.benchmarks import peers, population, throughput
+from hyperscalees.benchmarks import population, throughput
 from hyperscalees.benchmarks.base import Report, make_workload, measure_peak, side_by_side
-from hyperscalees.benchmarks.peer_drivers import DRIVERS, minimal_step
 from hyperscalees.cli import bench
+
+# The peer harness is a script under bench/ (a dev tool, not in the installed package);
+# it imports its sibling peer_drivers.py the way `python bench/peers.py` does: bench/ on sys.path.
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+import peers  # noqa: E402
+from peer_drivers import DRIVERS, minimal_step  # noqa: E402
 
 quiet = lambda *_: None
 
@@ -53,6 +65,42 @@ def test_peers_quick_without_venvs_reports_them_as_unable_to_run(tmp_path, monke
         assert "not installed" in d["peer_status"][p]
     assert d["ours_s_per_gen"] > 0 and d["speedup"] == {}
     assert not list(tmp_path.iterdir())
+
+
+def test_peers_script_quick_runs_by_path_from_another_directory(tmp_path):
+    """`python bench/peers.py`: our probe's subprocess target (peers:ours_probe) must resolve."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HS_PEERS_DIR"] = str(tmp_path / "venvs")
+    out = tmp_path / "res" / "peers.txt"
+    p = subprocess.run([sys.executable, str(BENCH_DIR / "peers.py"), "--quick", "--json", "--out", str(out)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.strip().splitlines()
+    d = json.loads(lines[-1])
+    assert lines[0].startswith("# peers: ") and d["bench"] == "peers" and d["ours_s_per_gen"] > 0
+    assert set(d["peer_status"]) == set(peers.PEERS) and d["speedup"] == {}
+    assert out.read_text().strip().splitlines()[-1] == lines[-1]
+    assert not (tmp_path / "venvs").exists()  # quick mode never installs
+
+
+def test_peer_harness_and_allocator_live_outside_the_library():
+    assert importlib.util.find_spec("hyperscalees.benchmarks.peers") is None
+    assert importlib.util.find_spec("hyperscalees.benchmarks.peer_drivers") is None
+    assert importlib.util.find_spec("hyperscalees.engine.allocator") is None
+    assert importlib.util.find_spec("hyperscalees.cli.allocator") is not None
+
+
+def test_cli_bench_peers_points_to_the_script(capsys):
+    import argparse
+    parser = argparse.ArgumentParser()
+    bench.register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["bench", "peers", "--quick"])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert "python bench/peers.py" in err and "source checkout" in err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--help"])
+    assert "bench/peers.py" in capsys.readouterr().out
 
 
 def test_peer_drivers_are_valid_python_for_each_peer():

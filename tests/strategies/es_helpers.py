@@ -14,7 +14,8 @@ def specs_of(shapes: dict[str, tuple[tuple[int, ...], ESMode]]) -> dict[str, Par
 
 def make(cls, params: dict[str, torch.Tensor], modes: dict[str, ESMode], **cfg):
     specs = {n: ParamSpec(n, tuple(p.shape), modes[n]) for n, p in params.items()}
-    schedules = {k: cfg.pop(k) for k in ("lr_schedule", "sigma_schedule", "shaping_fn") if k in cfg}
+    schedules = {k: cfg.pop(k) for k in ("lr_schedule", "sigma_schedule", "shaping_fn", "groups", "update_rule")
+                 if k in cfg}
     shaping = schedules.pop("shaping_fn", None)
     return cls(params, specs, ESConfig(**cfg), shaping=shaping, **schedules)
 

@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 
-from ..engine.allocator import keep_freed_memory
+from .allocator import keep_freed_memory
 from ..engine.checkpoint import package_version
 
 COMMANDS = ("train", "eval", "env", "bench")

@@ -11,8 +11,6 @@ the noise cache and how the forwards were chunked never change the update.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -38,9 +36,8 @@ def estimate(store: NoiseStore, shaped: Tensor, names: list[str], update_chunk: 
 def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int, sign_update: bool = False,
                  consume: bool = False) -> Tensor:
     pop, dev, lowrank = store.pop, store.devices[name], store.is_lowrank(name)
-    coef = 1.0 / (pop.size * store.sigma(name))
-    if lowrank:
-        coef /= math.sqrt(pop.rank)                  # the unit term is A Bᵀ/√r
+    # ĝ = Σ f_i ε_i / (Nσ) with ε_i = s·(scale/σ)·(A Bᵀ or ε): the store's scales, no √r here
+    coef = store.scale(name) / (pop.size * store.sigma(name) ** 2)
     whole = store.take(name) if consume else store.peek(name)
     f = shaped.to(device=dev, dtype=torch.float32)
     total = torch.zeros(store.specs[name].shape, dtype=torch.float32, device=dev)

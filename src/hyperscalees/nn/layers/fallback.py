@@ -28,6 +28,9 @@ except ImportError:  # pragma: no cover - older or newer torch
         return False
 
 
+_SLOT = object()  # marks where a tensor goes back into a module's output structure
+
+
 class _PopulationCall(torch.autograd.Function):
     """Runs a population forward on the member-major batch of an enclosing vmap (its vmap rule)."""
 
@@ -86,7 +89,7 @@ class FallbackLayer(AbstractLayer):
         if nbytes > ctx.fallback_bytes:
             raise ValueError(
                 f"{type(module).__name__} ({sorted(active.values())}) has no layer of its own, and the generic "
-                f"vmap layer would make {ctx.members} per-member copies of its parameters ({nbytes / 2**20:.1f} MiB "
+                f"vmap layer would make {ctx.members} per-member copies of its parameters ({nbytes / 2**20:.3g} MiB "
                 f"> fallback_mib {ctx.fallback_bytes / 2**20:g} MiB). Register a layer for it "
                 "(hyperscalees.nn.register_layer), exclude it via es_map={" + repr(sorted(active.values())[0]) +
                 ": 'excluded'}, use smaller chunks, or raise fallback_mib")
@@ -106,7 +109,7 @@ class FallbackLayer(AbstractLayer):
             def one(params, *xs):
                 leaves, spec = tree_flatten(torch.func.functional_call(module, params, xs, kwargs))
                 skeleton["spec"] = spec
-                skeleton["const"] = [None if isinstance(v, Tensor) else v for v in leaves]
+                skeleton["const"] = [_SLOT if isinstance(v, Tensor) else v for v in leaves]
                 return tuple(v for v in leaves if isinstance(v, Tensor))
 
             inside[0] = True
@@ -115,7 +118,7 @@ class FallbackLayer(AbstractLayer):
             finally:
                 inside[0] = False
             it = iter(t.reshape(-1, *t.shape[2:]) for t in tensors)
-            return tree_unflatten([next(it) if c is None else c for c in skeleton["const"]], skeleton["spec"])
+            return tree_unflatten([next(it) if c is _SLOT else c for c in skeleton["const"]], skeleton["spec"])
 
         routed = population_call(vmapped)  # a fallback child of a fallback parent: population again
 

@@ -5,6 +5,10 @@ glibc returns large blocks to the kernel at once (mmap threshold), so the next o
 page-faults its way through fresh memory again; at width 1024 that made the ES step
 ~15% slower while inference, with fewer temporaries, barely noticed. Raising the
 thresholds makes the allocator reuse those blocks. glibc only; a no-op elsewhere.
+
+Process set-up, so it lives with the CLI: ``cli/main.py`` calls ``keep_freed_memory`` once
+at start, and ``bench/peers.py`` passes ``keep_freed_memory_env`` to the processes it
+compares. The library itself never touches the allocator.
 """
 from __future__ import annotations
 
@@ -41,4 +45,3 @@ def keep_freed_memory_env(mmap_threshold: int = 256 * MIB, trim_threshold: int =
     """
     return {"MALLOC_MMAP_THRESHOLD_": str(mmap_threshold), "MALLOC_TRIM_THRESHOLD_": str(trim_threshold),
             "MALLOC_TOP_PAD_": str(top_pad)}
-

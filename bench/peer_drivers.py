@@ -5,9 +5,9 @@ imported here: the peers are not our dependencies). It builds the baselines work
 (MLP 64-256-256-10 with ``torch.manual_seed(0)``; X 32x64, Y 32x10 from a seed-0
 generator; fitness -MSE), drives the peer through its public API for ``--gens``
 generations and prints one JSON line: per-generation seconds, version, MSE before/after.
+Used by ``bench/peers.py``; not part of the installed package.
 """
 from __future__ import annotations
-
 
 import torch
 
