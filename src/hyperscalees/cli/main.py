@@ -10,8 +10,8 @@ import importlib
 import os
 import sys
 
-from .allocator import keep_freed_memory
 from ..engine.checkpoint import package_version
+from .allocator import keep_freed_memory
 
 COMMANDS = ("train", "eval", "env", "bench")
 
