@@ -10,7 +10,7 @@ from torch import nn
 from .base import (BLOCK_BYTES, LOWRANK_KINDS, AbstractLayer, PopulationContext, own_parameters, register_layer,
                    registered_layer, unregister_layer)
 from .attention import MultiheadAttentionLayer
-from .conv1d import Conv1DLayer, is_hf_conv1d
+from .conv1d import is_hf_conv1d
 from .embedding import EmbeddingLayer
 from .fallback import FallbackLayer, population_call
 from .linear import LinearLayer
@@ -21,7 +21,7 @@ from .recurrent import CellLayer, RecurrentLayer
 FALLBACK = FallbackLayer()
 
 register_layer(nn.Linear, LinearLayer)
-register_layer(is_hf_conv1d, Conv1DLayer)
+register_layer(is_hf_conv1d, LinearLayer(stored="in_out"))
 register_layer(nn.Embedding, EmbeddingLayer)
 register_layer(lambda m: isinstance(m, (nn.LayerNorm, nn.RMSNorm)), NormLayer)
 register_layer(nn.MultiheadAttention, MultiheadAttentionLayer)
@@ -34,7 +34,7 @@ def layer_for(module: nn.Module, attrs) -> AbstractLayer:
     return registered_layer(module, attrs) or FALLBACK
 
 
-__all__ = ["BLOCK_BYTES", "FALLBACK", "LOWRANK_KINDS", "AbstractLayer", "CellLayer", "Conv1DLayer", "EmbeddingLayer",
+__all__ = ["BLOCK_BYTES", "FALLBACK", "LOWRANK_KINDS", "AbstractLayer", "CellLayer", "EmbeddingLayer",
            "FallbackLayer", "LinearLayer", "MultiheadAttentionLayer", "NormLayer", "PopulationContext", "RecurrentLayer", "layer_for",
            "own_parameters", "population_call", "population_linear", "register_layer", "registered_layer",
            "unregister_layer"]

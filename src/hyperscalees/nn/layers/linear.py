@@ -1,4 +1,9 @@
-"""``nn.Linear`` (and subclasses such as attention's ``out_proj``): W stored (out, in), used as x Wᵀ."""
+"""A module that is one affine map with a stored matrix: ``nn.Linear`` and transformers' ``Conv1D``.
+
+``nn.Linear`` stores W as (out, in) and computes x Wᵀ + b (``stored="out_in"``); GPT-2's
+``Conv1D`` stores it as (in, out) and computes x W + b (``stored="in_out"``). Noise is drawn in
+the stored orientation, so only the matmul's bookkeeping differs (``matmul.py``).
+"""
 from __future__ import annotations
 
 from torch import nn
@@ -8,14 +13,17 @@ from .matmul import population_linear
 
 
 class LinearLayer(AbstractLayer):
+    def __init__(self, stored: str = "out_in"):
+        self.stored = stored
+
     def params(self, module):
         return ("weight", "bias")
 
     def lowrank(self, module):
-        return {"weight": "out_in"}
+        return {"weight": self.stored}
 
-    def forward(self, ctx: PopulationContext, module: nn.Linear, active: dict[str, str]):
+    def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
         def forward(x):
             return population_linear(ctx, x, module.weight, active.get("weight"), module.bias, active.get("bias"),
-                                     "out_in", what=type(module).__name__)
+                                     self.stored, what=type(module).__name__)
         return forward
