@@ -152,7 +152,7 @@ class MultiheadAttentionLayer(AbstractLayer):
 
     def routes_children(self, module) -> bool:
         """torch's forward reads out_proj.weight without calling out_proj: run this layer whenever
-        out_proj is perturbed, even with every own parameter excluded (needs the core's support)."""
+        out_proj is perturbed, even with every own parameter excluded."""
         return True
 
     def forward(self, ctx: PopulationContext, module: nn.MultiheadAttention, active: dict[str, str]):
