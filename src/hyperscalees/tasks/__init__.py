@@ -1,5 +1,5 @@
 """Fitness functions with their models and metrics; ``TASKS`` maps a name to its class."""
-from .base import AbstractTask, NoOptions, member_major, mlp
+from .base import ACTIVATIONS, AbstractTask, NoOptions, member_major, mlp
 from .digits import DigitsTask
 from .poly import PolyTask
 from .predict2 import Predict2Task
@@ -15,5 +15,5 @@ def get_task(name: str) -> type[AbstractTask]:
     return TASKS[name]
 
 
-__all__ = ["AbstractTask", "DigitsTask", "NoOptions", "PolyTask", "Predict2Task", "TASKS", "XorTask",
+__all__ = ["ACTIVATIONS", "AbstractTask", "DigitsTask", "NoOptions", "PolyTask", "Predict2Task", "TASKS", "XorTask",
            "get_task", "member_major", "mlp"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .base import AbstractTask, member_major, mlp
+from .base import AbstractTask, check_options, member_major, mlp
 
 _EVAL_STREAM = -1  # the held-out batch lives on a stream no training step uses
 
@@ -15,6 +15,9 @@ _EVAL_STREAM = -1  # the held-out batch lives on a stream no training step uses
 class Predict2Options:
     batch: int = 32
     hidden: int = 16
+
+    def __post_init__(self):
+        check_options(self, positive=("batch", "hidden"))
 
 
 class Predict2Task(AbstractTask):

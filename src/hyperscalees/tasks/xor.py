@@ -6,13 +6,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .base import AbstractTask, member_major, mlp
+from .base import AbstractTask, check_options, member_major, mlp
 
 
 @dataclass(frozen=True)
 class XorOptions:
     hidden: int = 16
     activation: str = "tanh"
+
+    def __post_init__(self):
+        check_options(self, positive=("hidden",), activation=self.activation)
 
 
 class XorTask(AbstractTask):
