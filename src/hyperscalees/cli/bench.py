@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     p.add_argument("name", choices=BENCHMARKS, metavar="NAME", help=" | ".join(BENCHMARKS))
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs, numbers mean little")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to measure (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--out", type=Path, default=None, help="also write the table and JSON to this file")
     p.set_defaults(func=run)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 from ..engine.allocator import keep_freed_memory
@@ -64,9 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head & co.: not an error
         sys.stdout = open(os.devnull, "w")
         return 0
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # before a run installs its handlers, or a second Ctrl-C/SIGTERM
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"interrupted by {signal.Signals(signum).name}: stopped at once; the last committed checkpoint, "
+              "if any, is intact", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":
