@@ -145,11 +145,12 @@ def test_the_older_three_file_layout_still_loads_and_is_replaced(tmp_path):
 def test_orphans_are_removed_but_never_with_an_unreadable_pointer(tmp_path):
     cfg, model, es = trained(2)
     save_checkpoint(tmp_path, es, cfg.to_dict())
-    for name in ("model-000003.safetensors", "strategy-000003.pt", ".model-000003.safetensors.1.ab.tmp"):
+    for name in ("model-000003.safetensors", "strategy-000003.pt", ".model-000003.safetensors.1.ab.tmp",
+                 ".tmpX7aQ2z"):  # the last: safetensors' own temporary name
         (tmp_path / name).write_bytes(b"partial")
     (tmp_path / "notes.txt").write_text("mine")
-    assert sorted(remove_orphans(tmp_path)) == [".model-000003.safetensors.1.ab.tmp", "model-000003.safetensors",
-                                                "strategy-000003.pt"]
+    assert sorted(remove_orphans(tmp_path)) == [".model-000003.safetensors.1.ab.tmp", ".tmpX7aQ2z",
+                                                "model-000003.safetensors", "strategy-000003.pt"]
     assert (tmp_path / "notes.txt").exists() and load_checkpoint(tmp_path).step == 2
     (tmp_path / "checkpoint.json").write_text("{torn")
     (tmp_path / ".x.tmp").write_bytes(b"")

@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hyperscalees",
                                      description="Evolution strategies at the hyperscale (EGGROLL) in PyTorch.")
     parser.add_argument("--version", action="version", version=f"hyperscalees {package_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help=f"one of {', '.join(COMMANDS)}; COMMAND --help for its flags")
     for mod in _command_modules():
         mod.register(sub)
     return parser

@@ -82,13 +82,15 @@ class TrainConfig:
     strategy: str = "eggroll"
     es: ESConfig = field(default_factory=ESConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    options: dict[str, Any] = field(default_factory=dict)  # task-specific, checked by the task's Options
+    options: dict[str, Any] = field(default_factory=dict)  # task-specific: every field of the task's Options
 
     def __post_init__(self):
         task_cls = get_task(self.task)
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {STRATEGIES}")
-        make_options(task_cls.Options, self.options)
+        # completed with the task's defaults, so a config made from flags and one made in
+        # Python describe the same run with the same dict (and a resume can compare them)
+        object.__setattr__(self, "options", asdict(make_options(task_cls.Options, self.options)))
 
     def to_dict(self) -> dict:
         return asdict(self)

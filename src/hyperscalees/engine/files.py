@@ -21,7 +21,9 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-TMP_PATTERN = re.compile(r"^\..+\.tmp$")  # what atomic_write leaves behind after a hard kill
+# what a hard kill leaves behind: atomic_write's ".<name>.<pid>.<hex>.tmp", and the ".tmpXXXXXX"
+# that safetensors (Rust's tempfile crate) writes before renaming it to atomic_write's name
+TMP_PATTERN = re.compile(r"^\..+\.tmp$|^\.tmp[A-Za-z0-9]{6}$")
 LOCK_FILE = ".lock"
 
 

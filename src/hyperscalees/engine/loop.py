@@ -152,7 +152,7 @@ def _resume(es, task: AbstractTask, cfg: TrainConfig) -> None:
     """Load the checkpoint in ``cfg.engine.resume`` after checking it belongs to the same run."""
     directory = cfg.engine.resume
     ckpt = load_checkpoint(directory, cfg.engine.resolved_device)
-    old, new = ckpt.config, cfg.to_dict()
+    old, new = _parse_config(ckpt.config, directory).to_dict(), cfg.to_dict()
     diff = [k for k in ("task", "strategy", "options") if old.get(k) != new[k]]
     diff += [f"es.{k}" for k in new["es"] if old.get("es", {}).get(k) != new["es"][k]]
     if diff:

@@ -1,0 +1,204 @@
+"""Question: does a SIGKILL at a random instant ever leave a run that cannot be resumed, or resume inexactly?
+
+Run:  .venv/bin/python bench/kill_resume.py [--kills 50] [--model xor|big|both] [--seed 0] [--out FILE]
+
+For each model a chain of real ``hyperscalees train --checkpoint-every 1`` processes is killed
+with SIGKILL at a random instant (uniform over a window that starts at the first checkpoint
+the process commits), then restarted with ``--resume`` from whatever is on disk. After every
+kill the run directory must load (``load_checkpoint``) and must not have gone back past a step
+already seen committed. When a chain reaches its last step without being killed, its files
+are compared with an uninterrupted run: model, strategy and task state bit for bit, and every
+metrics row apart from wall time. ``big`` is a 1→3072→3072→1 MLP (9.4 M parameters) whose
+checkpoint write takes a few hundred ms, so most kills land inside a write; its save time is
+measured and printed. Not part of the test suite (minutes of run time); tests/engine/test_engine_kill.py
+kills at each step of the commit protocol instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from hyperscalees.engine import build, load_checkpoint, make_config, read_rows, save_checkpoint
+from hyperscalees.engine.checkpoint import STEP_FILE, committed_files
+from hyperscalees.engine.files import TMP_PATTERN
+
+MODELS = {
+    # name: (task, flags, steps of a chain, kill window in seconds after the process's first commit)
+    "xor": ("xor", ["--population", "64", "--seed", "7"], 150, 1.0),
+    "big": ("poly", ["--population", "2", "--points", "2", "--hidden", "3072", "--seed", "7"], 24, 2.5),
+}
+
+
+def train_argv(model: str, directory: Path, resume: bool) -> list[str]:
+    task, flags, steps, _ = MODELS[model]
+    where = ["--resume", str(directory)] if resume else ["--out", str(directory), "--overwrite"]
+    return [sys.executable, "-m", "hyperscalees", "train", task, *flags, "--steps", str(steps),
+            "--checkpoint-every", "1", "--eval-every", "5", *where, "--json"]
+
+
+def pointer_mtime(directory: Path) -> int | None:
+    try:
+        return (directory / "checkpoint.json").stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def committed_step(directory: Path) -> int | None:
+    try:
+        return json.loads((directory / "checkpoint.json").read_text())["step"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def identical_runs(a: Path, b: Path) -> bool:
+    ca, cb = load_checkpoint(a), load_checkpoint(b)
+    rows = [[{k: v for k, v in r.items() if k != "time"} for r in read_rows(d / "metrics.jsonl")] for d in (a, b)]
+    return (ca.step == cb.step and same(ca.model, cb.model) and same(ca.strategy, cb.strategy)
+            and same(ca.task, cb.task) and rows[0] == rows[1])
+
+
+def write_timing(model: str, work: Path) -> tuple[float, float]:
+    """(median ms of one checkpoint write, share of a --checkpoint-every 1 loop spent writing), in process."""
+    task_name, flags, _, _ = MODELS[model]
+    es_keys = {"--population": "population", "--seed": "seed"}
+    es = {es_keys[k]: int(v) for k, v in zip(flags[::2], flags[1::2]) if k in es_keys}
+    options = {k[2:]: int(v) for k, v in zip(flags[::2], flags[1::2]) if k not in es_keys}
+    cfg = make_config(task_name, es=es, options=options)
+    task, _, es_ = build(cfg)
+    steps, saves = [], []
+    with torch.no_grad():
+        for _ in range(8):
+            t0 = time.perf_counter()
+            es_.tell(es_.evaluate(lambda m, lo, hi: task.fitness(m, lo, hi, step=es_.step)))
+            t1 = time.perf_counter()
+            save_checkpoint(work / "timing", es_, cfg.to_dict())
+            steps.append(t1 - t0)
+            saves.append(time.perf_counter() - t1)
+    shutil.rmtree(work / "timing")
+    return 1000 * statistics.median(saves), sum(saves) / (sum(saves) + sum(steps))
+
+
+def where_killed(directory: Path) -> str:
+    """What the kill interrupted, read from the files it left."""
+    names = {p.name for p in directory.iterdir()}
+    if any(TMP_PATTERN.match(n) for n in names):
+        return "writing a file"
+    keep = committed_files(directory) or set()
+    if any(STEP_FILE.match(n) and n not in keep for n in names):
+        return "between files and commit, or deleting old files"
+    return "outside a checkpoint write"
+
+
+def measure(model: str, kills: int, rng: random.Random, work: Path, log) -> dict:
+    window = MODELS[model][3]
+    reference = work / f"{model}-reference"
+    subprocess.run(train_argv(model, reference, resume=False), check=True, capture_output=True)
+    save_ms, share = write_timing(model, work)
+    res = {"model": model, "save_ms": round(save_ms, 1), "write_share": round(share, 2), "kills": 0,
+           "unresumable": 0, "lost_commits": 0, "chains_finished": 0, "chains_identical": 0, "where": {},
+           "errors": []}
+    log(f"{model}: a checkpoint write takes {res['save_ms']} ms (median of 8), {share:.0%} of a step + write")
+    run_dir = work / f"{model}-run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    while True:
+        seen_before = pointer_mtime(run_dir)
+        proc = subprocess.Popen(train_argv(model, run_dir, resume=committed_step(run_dir) is not None),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # enough kills, or nothing left but the final save: let the chain run to its end
+        finishing = res["kills"] >= kills or committed_step(run_dir) == MODELS[model][2]
+        while not finishing and proc.poll() is None and pointer_mtime(run_dir) == seen_before:
+            time.sleep(0.002)
+        if not finishing and proc.poll() is None:
+            before = committed_step(run_dir)
+            time.sleep(rng.uniform(0, window))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                res["kills"] += 1
+                where = where_killed(run_dir)
+                res["where"][where] = res["where"].get(where, 0) + 1
+                try:
+                    after = load_checkpoint(run_dir).step
+                except (ValueError, FileNotFoundError, RuntimeError) as e:
+                    res["unresumable"] += 1
+                    res["errors"].append(str(e))
+                    log(f"  kill {res['kills']}: UNRESUMABLE: {e}")
+                    shutil.rmtree(run_dir)
+                    continue
+                if before is not None and after < before:
+                    res["lost_commits"] += 1
+                log(f"  kill {res['kills']}: {where}; committed step {after}; "
+                    f"files {sorted(p.name for p in run_dir.iterdir())}")
+                continue
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{model}: a resumed run failed ({proc.returncode}): {err.strip()}")
+        res["chains_finished"] += 1
+        identical = identical_runs(reference, run_dir)
+        res["chains_identical"] += identical
+        log(f"  chain {res['chains_finished']} finished; identical to the uninterrupted run: {identical}")
+        shutil.rmtree(run_dir)
+        if res["kills"] >= kills:
+            return res
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| model | write (ms) | share of loop writing | kills | unresumable | lost commits | chains finished "
+             "| bit-identical |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['model']} | {r['save_ms']} | {r['write_share']:.0%} | {r['kills']} | {r['unresumable']} "
+                     f"| {r['lost_commits']} | {r['chains_finished']} | {r['chains_identical']} |")
+    lines.append("")
+    for r in results:
+        lines.append(f"{r['model']}: kills by what they interrupted: {r['where']}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kills", type=int, default=50, help="SIGKILLs per model (default: 50)")
+    ap.add_argument("--model", choices=("xor", "big", "both"), default="both", help="which run to kill")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the kill instants")
+    ap.add_argument("--out", type=Path, default=None, help="also write the table and JSON to this file")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)
+    models = ["xor", "big"] if args.model == "both" else [args.model]
+    with tempfile.TemporaryDirectory(prefix="kill_resume_") as work:
+        results = [measure(m, args.kills, rng, Path(work), log) for m in models]
+    text = table(results)
+    line = json.dumps({"bench": "kill_resume", "torch": torch.__version__, "cpu_count": os.cpu_count(),
+                       "results": results})
+    print(text)
+    print(line)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n" + line + "\n")
+    return 0 if all(r["unresumable"] == 0 and r["lost_commits"] == 0
+                    and r["chains_identical"] == r["chains_finished"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
