@@ -4,7 +4,9 @@ Run:  .venv/bin/python bench/kill_resume.py [--kills 50] [--model xor|big|both] 
 
 For each model a chain of real ``hyperscalees train --checkpoint-every 1`` processes is killed
 with SIGKILL at a random instant (uniform over a window that starts at the first checkpoint
-the process commits), then restarted with ``--resume`` from whatever is on disk. After every
+the process commits), then restarted with ``--resume`` from whatever is on disk. The
+processes are forked from a multiprocessing fork server that has imported torch and this
+library once, so a kill costs a fraction of a second instead of a fresh interpreter's start. After every
 kill the run directory must load (``load_checkpoint``) and must not have gone back past a step
 already seen committed. When a chain reaches its last step without being killed, its files
 are compared with an uninterrupted run: model, strategy and task state bit for bit, and every
@@ -16,13 +18,14 @@ kills at each step of the commit protocol instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
 import random
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,11 +44,28 @@ MODELS = {
 }
 
 
+PRELOAD = ["hyperscalees.cli.main", "torch._dynamo", "matplotlib.pyplot"]  # what a fresh process spends seconds on
+
+
 def train_argv(model: str, directory: Path, resume: bool) -> list[str]:
     task, flags, steps, _ = MODELS[model]
     where = ["--resume", str(directory)] if resume else ["--out", str(directory), "--overwrite"]
-    return [sys.executable, "-m", "hyperscalees", "train", task, *flags, "--steps", str(steps),
-            "--checkpoint-every", "1", "--eval-every", "5", *where, "--json"]
+    return ["train", task, *flags, "--steps", str(steps), "--checkpoint-every", "1", "--eval-every", "5", *where,
+            "--json"]
+
+
+def cli(argv: list[str], log_path: str) -> None:
+    """Body of a forked process: ``hyperscalees *argv``, its output into ``log_path``."""
+    with open(log_path, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        from hyperscalees.cli.main import main
+        code = main(argv)
+    sys.exit(code)
+
+
+def start(ctx, argv: list[str], work: Path):
+    proc = ctx.Process(target=cli, args=(argv, str(work / "child.log")))
+    proc.start()
+    return proc
 
 
 def pointer_mtime(directory: Path) -> int | None:
@@ -111,10 +131,13 @@ def where_killed(directory: Path) -> str:
     return "outside a checkpoint write"
 
 
-def measure(model: str, kills: int, rng: random.Random, work: Path, log) -> dict:
+def measure(ctx, model: str, kills: int, rng: random.Random, work: Path, log) -> dict:
     window = MODELS[model][3]
     reference = work / f"{model}-reference"
-    subprocess.run(train_argv(model, reference, resume=False), check=True, capture_output=True)
+    proc = start(ctx, train_argv(model, reference, resume=False), work)
+    proc.join()
+    if proc.exitcode != 0:
+        raise RuntimeError(f"the reference run failed: {(work / 'child.log').read_text()}")
     save_ms, share = write_timing(model, work)
     res = {"model": model, "save_ms": round(save_ms, 1), "write_share": round(share, 2), "kills": 0,
            "unresumable": 0, "lost_commits": 0, "chains_finished": 0, "chains_identical": 0, "where": {},
@@ -124,18 +147,17 @@ def measure(model: str, kills: int, rng: random.Random, work: Path, log) -> dict
     shutil.rmtree(run_dir, ignore_errors=True)
     while True:
         seen_before = pointer_mtime(run_dir)
-        proc = subprocess.Popen(train_argv(model, run_dir, resume=committed_step(run_dir) is not None),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = start(ctx, train_argv(model, run_dir, resume=committed_step(run_dir) is not None), work)
         # enough kills, or nothing left but the final save: let the chain run to its end
         finishing = res["kills"] >= kills or committed_step(run_dir) == MODELS[model][2]
-        while not finishing and proc.poll() is None and pointer_mtime(run_dir) == seen_before:
+        while not finishing and proc.is_alive() and pointer_mtime(run_dir) == seen_before:
             time.sleep(0.002)
-        if not finishing and proc.poll() is None:
+        if not finishing and proc.is_alive():
             before = committed_step(run_dir)
             time.sleep(rng.uniform(0, window))
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.join()
                 res["kills"] += 1
                 where = where_killed(run_dir)
                 res["where"][where] = res["where"].get(where, 0) + 1
@@ -152,9 +174,9 @@ def measure(model: str, kills: int, rng: random.Random, work: Path, log) -> dict
                 log(f"  kill {res['kills']}: {where}; committed step {after}; "
                     f"files {sorted(p.name for p in run_dir.iterdir())}")
                 continue
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"{model}: a resumed run failed ({proc.returncode}): {err.strip()}")
+        proc.join()
+        if proc.exitcode != 0:
+            raise RuntimeError(f"{model}: a resumed run failed ({proc.exitcode}): {(work / 'child.log').read_text()}")
         res["chains_finished"] += 1
         identical = identical_runs(reference, run_dir)
         res["chains_identical"] += identical
@@ -186,8 +208,10 @@ def main() -> int:
     rng = random.Random(args.seed)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
     models = ["xor", "big"] if args.model == "both" else [args.model]
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
     with tempfile.TemporaryDirectory(prefix="kill_resume_") as work:
-        results = [measure(m, args.kills, rng, Path(work), log) for m in models]
+        results = [measure(ctx, m, args.kills, rng, Path(work), log) for m in models]
     text = table(results)
     line = json.dumps({"bench": "kill_resume", "torch": torch.__version__, "cpu_count": os.cpu_count(),
                        "results": results})

@@ -176,3 +176,14 @@ def test_every_flag_of_every_command_has_help():
             if not text or action.help == argparse.SUPPRESS:
                 missing.append(f"{' '.join(path)} {'/'.join(action.option_strings) or action.dest}")
     assert not missing, missing
+
+
+def test_a_misspelt_flag_is_reported_by_the_command_it_follows(capsys):
+    code, _, err = invoke(["train", "xor", "--stpes", "3"], capsys)
+    assert code == 2 and "hyperscalees train xor: error: unrecognized arguments: --stpes 3" in err
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_says_what_to_do(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "fitness_mean": 0.0}\n')
+    code, _, err = invoke(["train", "xor", "--resume", str(tmp_path)], capsys)
+    assert code == 2 and "stopped before its first checkpoint" in err and f"--out {tmp_path} --overwrite" in err

@@ -58,8 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, but an unknown flag is reported by the sub-command it was typed after
+    (``train xor --stpes 3`` shows ``train xor``'s usage, not the top-level one)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        owner = parser
+        while True:
+            sub = next((a for a in owner._actions if isinstance(a, argparse._SubParsersAction)), None)
+            if sub is None or getattr(args, sub.dest, None) not in sub.choices:
+                break
+            owner = sub.choices[getattr(args, sub.dest)]
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     keep_freed_memory()  # population forwards churn activation-sized temporaries
     try:
         return int(args.func(args) or 0)

@@ -151,7 +151,13 @@ def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stoppe
 def _resume(es, task: AbstractTask, cfg: TrainConfig) -> None:
     """Load the checkpoint in ``cfg.engine.resume`` after checking it belongs to the same run."""
     directory = cfg.engine.resume
-    ckpt = load_checkpoint(directory, cfg.engine.resolved_device)
+    try:
+        ckpt = load_checkpoint(directory, cfg.engine.resolved_device)
+    except FileNotFoundError as e:
+        if (Path(directory) / JSONL_FILE).exists():  # killed before its first checkpoint
+            raise FileNotFoundError(f"{e}; the run there stopped before its first checkpoint: start it again "
+                                    f"with --out {directory} --overwrite") from None
+        raise
     old, new = _parse_config(ckpt.config, directory).to_dict(), cfg.to_dict()
     diff = [k for k in ("task", "strategy", "options") if old.get(k) != new[k]]
     diff += [f"es.{k}" for k in new["es"] if old.get("es", {}).get(k) != new["es"][k]]
