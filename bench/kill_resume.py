@@ -1,19 +1,26 @@
 """Question: does a SIGKILL at a random instant ever leave a run that cannot be resumed, or resume inexactly?
 
-Run:  .venv/bin/python bench/kill_resume.py [--kills 50] [--model xor|big|both] [--seed 0] [--out FILE]
+Run:  .venv/bin/python bench/kill_resume.py [--kills 50] [--model xor|big|both] [--targeted] [--seed 0]
+                                            [--out FILE]
 
 For each model a chain of real ``hyperscalees train --checkpoint-every 1`` processes is killed
 with SIGKILL at a random instant (uniform over a window that starts at the first checkpoint
-the process commits), then restarted with ``--resume`` from whatever is on disk. The
-processes are forked from a multiprocessing fork server that has imported torch and this
-library once, so a kill costs a fraction of a second instead of a fresh interpreter's start. After every
-kill the run directory must load (``load_checkpoint``) and must not have gone back past a step
-already seen committed. When a chain reaches its last step without being killed, its files
-are compared with an uninterrupted run: model, strategy and task state bit for bit, and every
-metrics row apart from wall time. ``big`` is a 1→3072→3072→1 MLP (9.4 M parameters) whose
-checkpoint write takes a few hundred ms, so most kills land inside a write; its save time is
-measured and printed. Not part of the test suite (minutes of run time); tests/engine/test_engine_kill.py
-kills at each step of the commit protocol instead.
+the process commits), then restarted with ``--resume`` from whatever is on disk. After every
+kill the run directory must load (``load_checkpoint``) and must not have gone back past a
+step already seen committed. When a chain reaches its last step without being killed, its
+files are compared with an uninterrupted run: model, strategy and task state bit for bit,
+and every metrics row apart from wall time.
+
+With ``--targeted`` the kill comes instead a uniform 0 to one-write-time after a temporary
+file of a save appears, so most kills land inside a write (how the issue was measured).
+``big`` is a 1→3072→3072→1 MLP (9.4 M parameters) whose checkpoint write takes a few hundred
+ms; the write time and its share of a step-plus-write are measured in process and printed.
+
+The processes are forked from a multiprocessing fork server that has imported torch and this
+library once, so a kill costs a fraction of a second rather than an interpreter start. At
+exit the resource tracker reports "leaked semaphore objects", one per killed process (tqdm's
+lock): expected after SIGKILL, and harmless. Not part of the test suite (minutes of run time);
+tests/engine/test_engine_kill.py kills at each step of the commit protocol instead.
 """
 from __future__ import annotations
 
@@ -131,7 +138,18 @@ def where_killed(directory: Path) -> str:
     return "outside a checkpoint write"
 
 
-def measure(ctx, model: str, kills: int, rng: random.Random, work: Path, log) -> dict:
+def wait_for_a_write(directory: Path, proc, timeout: float = 30.0) -> bool:
+    """Block until a save's temporary file exists in ``directory`` (False if the process ends first)."""
+    t0 = time.monotonic()
+    while proc.is_alive() and time.monotonic() - t0 < timeout:
+        with contextlib.suppress(FileNotFoundError):
+            if any(TMP_PATTERN.match(name) for name in os.listdir(directory)):
+                return True
+        time.sleep(0.0005)
+    return False
+
+
+def measure(ctx, model: str, kills: int, rng: random.Random, work: Path, log, targeted: bool = False) -> dict:
     window = MODELS[model][3]
     reference = work / f"{model}-reference"
     proc = start(ctx, train_argv(model, reference, resume=False), work)
@@ -139,7 +157,8 @@ def measure(ctx, model: str, kills: int, rng: random.Random, work: Path, log) ->
     if proc.exitcode != 0:
         raise RuntimeError(f"the reference run failed: {(work / 'child.log').read_text()}")
     save_ms, share = write_timing(model, work)
-    res = {"model": model, "save_ms": round(save_ms, 1), "write_share": round(share, 2), "kills": 0,
+    res = {"model": model, "mode": "targeted" if targeted else "random", "save_ms": round(save_ms, 1),
+           "write_share": round(share, 2), "kills": 0,
            "unresumable": 0, "lost_commits": 0, "chains_finished": 0, "chains_identical": 0, "where": {},
            "errors": []}
     log(f"{model}: a checkpoint write takes {res['save_ms']} ms (median of 8), {share:.0%} of a step + write")
@@ -154,7 +173,9 @@ def measure(ctx, model: str, kills: int, rng: random.Random, work: Path, log) ->
             time.sleep(0.002)
         if not finishing and proc.is_alive():
             before = committed_step(run_dir)
-            time.sleep(rng.uniform(0, window))
+            if targeted:
+                wait_for_a_write(run_dir, proc)
+            time.sleep(rng.uniform(0, save_ms / 1000 if targeted else window))
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.join()
@@ -187,14 +208,14 @@ def measure(ctx, model: str, kills: int, rng: random.Random, work: Path, log) ->
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| model | write (ms) | share of loop writing | kills | unresumable | lost commits | chains finished "
-             "| bit-identical |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | kill instants | write (ms) | share of loop writing | kills | unresumable | lost commits "
+             "| chains finished | bit-identical |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r['model']} | {r['save_ms']} | {r['write_share']:.0%} | {r['kills']} | {r['unresumable']} "
-                     f"| {r['lost_commits']} | {r['chains_finished']} | {r['chains_identical']} |")
+        lines.append(f"| {r['model']} | {r['mode']} | {r['save_ms']} | {r['write_share']:.0%} | {r['kills']} "
+                     f"| {r['unresumable']} | {r['lost_commits']} | {r['chains_finished']} | {r['chains_identical']} |")
     lines.append("")
     for r in results:
-        lines.append(f"{r['model']}: kills by what they interrupted: {r['where']}")
+        lines.append(f"{r['model']} ({r['mode']}): kills by what they interrupted: {r['where']}")
     return "\n".join(lines)
 
 
@@ -203,6 +224,7 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=50, help="SIGKILLs per model (default: 50)")
     ap.add_argument("--model", choices=("xor", "big", "both"), default="both", help="which run to kill")
     ap.add_argument("--seed", type=int, default=0, help="seed of the kill instants")
+    ap.add_argument("--targeted", action="store_true", help="kill within one write time of a save's first file")
     ap.add_argument("--out", type=Path, default=None, help="also write the table and JSON to this file")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -211,7 +233,7 @@ def main() -> int:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     with tempfile.TemporaryDirectory(prefix="kill_resume_") as work:
-        results = [measure(ctx, m, args.kills, rng, Path(work), log) for m in models]
+        results = [measure(ctx, m, args.kills, rng, Path(work), log, args.targeted) for m in models]
     text = table(results)
     line = json.dumps({"bench": "kill_resume", "torch": torch.__version__, "cpu_count": os.cpu_count(),
                        "results": results})

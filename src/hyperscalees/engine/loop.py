@@ -58,7 +58,8 @@ def run(cfg: TrainConfig) -> dict:
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
     with contextlib.ExitStack() as stack:
         if out:
-            stack.enter_context(exclusive(check_directory(out, "--out")))  # one writer per run directory
+            flag = "--out" if eng.out else "--resume"
+            stack.enter_context(exclusive(check_directory(out, flag)))  # one writer per run directory
             _refuse_existing_run(out, cfg)
         task, model, es = build(cfg)
         if eng.resume:
