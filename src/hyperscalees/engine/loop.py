@@ -67,7 +67,7 @@ def run(cfg: TrainConfig) -> dict:
         if out:
             remove_orphans(out)  # the files of a save a kill interrupted
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
-        stop = stack.enter_context(StopRequest(notify=_say_stopping))
+        stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
                                    disable=eng.json or not sys.stderr.isatty()) as bar:
@@ -102,8 +102,9 @@ def run(cfg: TrainConfig) -> dict:
     return summary
 
 
-def _say_stopping(signum: int) -> None:
-    print(f"\n{signal_name(signum)}: finishing this step and saving; send it again to stop at once",
+def _say_stopping(signum: int, saving: bool) -> None:
+    then = "and saving a checkpoint" if saving else "(nothing will be saved: no --out)"
+    print(f"\n{signal_name(signum)}: finishing this step {then}; send it again to stop at once",
           file=sys.stderr, flush=True)
 
 
@@ -120,11 +121,18 @@ def _refuse_existing_run(out: Path, cfg: TrainConfig) -> None:
 
 
 def _check_finite(model: torch.nn.Module, step: int, out: Path | None) -> None:
-    """Stop before non-finite weights reach a checkpoint (one device sync per step)."""
+    """Stop before non-finite weights reach a checkpoint.
+
+    One pass and one device sync per step: a tensor's sum is finite unless an element is
+    NaN or infinite (or finite weights so large that their sum overflows, which the exact
+    per-tensor check below then clears). ``isfinite().all()`` costs ~20x more on CPU.
+    """
     params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
-    if not params or bool(torch.stack([torch.isfinite(p).all() for _, p in params]).all()):
+    if not params or bool(torch.isfinite(torch.stack([p.sum(dtype=torch.float32) for _, p in params])).all()):
         return
     bad = [n for n, p in params if not bool(torch.isfinite(p).all())]
+    if not bad:
+        return
     saved = checkpoint_step(out) if out else None
     kept = (f"the checkpoint of step {saved} in {str(out)!r} is kept" if saved is not None
             else "no checkpoint had been written")
