@@ -103,7 +103,8 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert [r["step"] for r in rows_a] == [r["step"] for r in rows_b] == list(range(1, ca.step + 1))
     for ra, rb in zip(rows_a, rows_b):
         assert "fitness_mean" in ra and "fitness_mean" in rb
-        assert {k: ra[k] for k in ra.keys() & rb.keys() - {"time"}} == {k: rb[k] for k in ra.keys() & rb.keys() - {"time"}}
+        shared = ra.keys() & rb.keys() - {"time"}
+        assert {k: ra[k] for k in shared} == {k: rb[k] for k in shared}, ra["step"]
 
 
 def leftovers(directory: Path) -> list[str]:
