@@ -11,8 +11,7 @@ import argparse
 import signal
 import sys
 
-from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine
-from ..engine import saved_config
+from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
 from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.shaping import SHAPINGS
