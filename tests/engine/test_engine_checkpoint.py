@@ -1,12 +1,15 @@
-"""Checkpoints are written atomically: a failed write never damages the previous checkpoint."""
+"""A checkpoint is committed by one rename: a failed save never damages the committed one."""
 import json
+import os
+import stat
 
 import pytest
 import torch
 
 import hyperscalees as hs
 
-from hyperscalees.engine import atomic_write, build, load_checkpoint, make_config, save_checkpoint
+from hyperscalees.engine import (BadFileError, atomic_write, build, load_checkpoint, make_config, remove_orphans,
+                                 save_checkpoint)
 from hyperscalees.engine import checkpoint as ckpt_mod
 
 
@@ -42,60 +45,167 @@ def trained(steps=2):
     task, model, es = build(cfg)
     with torch.no_grad():
         for _ in range(steps):
-            es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=es.step)))
+            step_once(es, task)
     return cfg, model, es
 
 
-def test_failed_save_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
+def step_once(es, task):
+    with torch.no_grad():
+        es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=es.step)))
+
+
+def snapshot(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def step_files(directory):
+    return sorted(p.name for p in directory.iterdir() if ckpt_mod.STEP_FILE.match(p.name))
+
+
+@pytest.mark.parametrize("broken", ["save_file", "strategy", "task", "pointer"])
+def test_a_save_that_fails_anywhere_keeps_the_previous_checkpoint(tmp_path, monkeypatch, broken):
     cfg, model, es = trained(2)
     save_checkpoint(tmp_path, es, cfg.to_dict())
-    good = {k: v.clone() for k, v in model.state_dict().items()}
-    with torch.no_grad():
-        es.tell(hs.evaluate(es, lambda m, lo, hi: m(torch.ones(hi - lo, 2)).view(-1) + torch.arange(lo, hi)))
+    good = snapshot(model)
+    task = build(cfg)[0]
+    step_once(es, task)
+    real_torch_save, saves = torch.save, []
 
-    def broken_save(obj, path):
-        with open(path, "wb") as f:
-            f.write(b"partial")
+    def failing(*args, **kwargs):
         raise OSError("killed mid-write")
 
-    monkeypatch.setattr(ckpt_mod.torch, "save", broken_save)
+    def torch_save(obj, path):  # strategy first, then task
+        saves.append(path)
+        if (broken == "strategy") == (len(saves) == 1):
+            raise OSError("killed mid-write")
+        real_torch_save(obj, path)
+
+    if broken == "save_file":
+        monkeypatch.setattr(ckpt_mod, "save_file", failing)
+    elif broken == "pointer":
+        monkeypatch.setattr(ckpt_mod, "json_safe", failing)
+    else:
+        monkeypatch.setattr(ckpt_mod.torch, "save", torch_save)
     with pytest.raises(OSError, match="killed mid-write"):
         save_checkpoint(tmp_path, es, cfg.to_dict())
-    assert leftovers(tmp_path) == []
-    # the model file was already replaced, but the metadata was not: the set is detected as torn
-    with pytest.raises(RuntimeError, match="different steps"):
-        load_checkpoint(tmp_path)
     monkeypatch.undo()
-    save_checkpoint(tmp_path, es, cfg.to_dict())
+    assert leftovers(tmp_path) == []
     ck = load_checkpoint(tmp_path)
-    assert ck.step == 3 and not all(torch.equal(ck.model[k], good[k]) for k in good)
+    assert ck.step == 2 and all(torch.equal(ck.model[k], good[k]) for k in good)
+    remove_orphans(tmp_path)  # what the next run does first: files of the failed save go
+    assert step_files(tmp_path) == ["model-000002.safetensors", "strategy-000002.pt", "task-000002.pt"]
+    save_checkpoint(tmp_path, es, cfg.to_dict())
+    assert load_checkpoint(tmp_path).step == 3
+    assert step_files(tmp_path) == ["model-000003.safetensors", "strategy-000003.pt", "task-000003.pt"]
 
 
-def test_failure_before_any_rename_keeps_everything(tmp_path, monkeypatch):
+def test_checkpoint_contents_and_layout(tmp_path):
+    cfg, model, es = trained(2)
+    files = save_checkpoint(tmp_path, es, cfg.to_dict(), task_state={"count": 7})
+    meta = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert meta["step"] == 2 and meta["config"] == cfg.to_dict()
+    assert meta["files"] == {"model": "model-000002.safetensors", "strategy": "strategy-000002.pt",
+                             "task": "task-000002.pt"}
+    assert files["model"] == tmp_path / "model-000002.safetensors"
+    from safetensors.torch import load_file  # the model file is plain safetensors, readable without this library
+    weights = load_file(str(files["model"]))
+    for k, v in model.state_dict().items():
+        assert torch.equal(weights[k], v)
+    assert load_checkpoint(tmp_path).task == {"count": 7}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(files["model"].stat().st_mode) == 0o666 & ~umask  # not safetensors' 0600
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "nothing")
+
+
+def test_saving_a_committed_step_again_never_overwrites_its_files(tmp_path):
+    """A resumed run with nothing left to do, or --overwrite reaching the same step, saves step 2 twice."""
     cfg, model, es = trained(2)
     save_checkpoint(tmp_path, es, cfg.to_dict())
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-
-    def broken_save_file(tensors, path, metadata=None):
-        with open(path, "wb") as f:
-            f.write(b"\x00" * 10)
-        raise OSError("no space")
-
-    monkeypatch.setattr(ckpt_mod, "save_file", broken_save_file)
-    with pytest.raises(OSError):
-        save_checkpoint(tmp_path, es, cfg.to_dict())
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    save_checkpoint(tmp_path, es, cfg.to_dict(), extra={"metrics": {"mse": 1.0}})
+    assert step_files(tmp_path) == ["model-000002-1.safetensors", "strategy-000002-1.pt", "task-000002-1.pt"]
+    save_checkpoint(tmp_path, es, cfg.to_dict())
+    assert step_files(tmp_path) == ["model-000002.safetensors", "strategy-000002.pt", "task-000002.pt"]
     assert load_checkpoint(tmp_path).step == 2
 
 
-def test_checkpoint_contents(tmp_path):
+def test_the_older_three_file_layout_still_loads_and_is_replaced(tmp_path):
+    cfg, model, es = trained(2)
+    from safetensors.torch import save_file
+    sd = es.state_dict()
+    save_file(sd["model"], str(tmp_path / "model.safetensors"), metadata={"step": "2"})
+    torch.save({"step": 2, "strategy": sd["strategy"]}, tmp_path / "strategy.pt")
+    (tmp_path / "checkpoint.json").write_text(json.dumps(
+        {"step": 2, "config": cfg.to_dict(), "files": {"model": "model.safetensors", "strategy": "strategy.pt"}}))
+    ck = load_checkpoint(tmp_path)
+    assert ck.step == 2 and ck.task == {} and all(torch.equal(ck.model[k], v) for k, v in sd["model"].items())
+    save_checkpoint(tmp_path, es, cfg.to_dict())
+    assert not (tmp_path / "model.safetensors").exists() and not (tmp_path / "strategy.pt").exists()
+
+
+def test_orphans_are_removed_but_never_with_an_unreadable_pointer(tmp_path):
     cfg, model, es = trained(2)
     save_checkpoint(tmp_path, es, cfg.to_dict())
-    meta = json.loads((tmp_path / "checkpoint.json").read_text())
-    assert meta["step"] == 2 and meta["config"] == cfg.to_dict()
-    from safetensors.torch import load_file
-    weights = load_file(str(tmp_path / "model.safetensors"))
-    for k, v in model.state_dict().items():
-        assert torch.equal(weights[k], v)
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        load_checkpoint(tmp_path / "nothing")
+    for name in ("model-000003.safetensors", "strategy-000003.pt", ".model-000003.safetensors.1.ab.tmp",
+                 ".tmpX7aQ2z"):  # the last: safetensors' own temporary name
+        (tmp_path / name).write_bytes(b"partial")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert sorted(remove_orphans(tmp_path)) == [".model-000003.safetensors.1.ab.tmp", ".tmpX7aQ2z",
+                                                "model-000003.safetensors", "strategy-000003.pt"]
+    assert (tmp_path / "notes.txt").exists() and load_checkpoint(tmp_path).step == 2
+    (tmp_path / "checkpoint.json").write_text("{torn")
+    (tmp_path / ".x.tmp").write_bytes(b"")
+    assert remove_orphans(tmp_path) == [".x.tmp"]  # the step files may be all that is left of the run
+    assert len(step_files(tmp_path)) == 3
+
+
+def corrupt(directory, name, how):
+    path = directory / name
+    data = path.read_bytes()
+    if how == "garbage":
+        path.write_bytes(os.urandom(64) * 4)
+    elif how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "directory":
+        path.unlink()
+        path.mkdir()
+    elif how == "missing":
+        path.unlink()
+
+
+@pytest.mark.parametrize("part", ["model", "strategy", "task"])
+@pytest.mark.parametrize("how", ["garbage", "truncated", "empty", "directory", "missing"])
+def test_a_damaged_file_is_one_clear_error_naming_it(tmp_path, part, how):
+    cfg, model, es = trained(2)
+    files = save_checkpoint(tmp_path, es, cfg.to_dict())
+    corrupt(tmp_path, files[part].name, how)
+    with pytest.raises(BadFileError) as e:
+        load_checkpoint(tmp_path)
+    message = str(e.value)
+    assert files[part].name in message and "\n" not in message
+    if part == "strategy":  # evaluation does not read the strategy file
+        assert load_checkpoint(tmp_path, strategy=False).step == 2
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{\"step\": 2, ", "not valid JSON"),
+    ("", "empty"),
+    ("[1, 2]", "JSON object"),
+    ("{\"step\": -1, \"config\": {}, \"files\": {}}", "step"),
+    ("{\"step\": 2, \"config\": {}, \"files\": {\"model\": \"../x\", \"strategy\": \"s.pt\"}}", "plain file name"),
+    ("{\"step\": 2, \"files\": {\"model\": \"m\", \"strategy\": \"s\"}}", "config"),
+])
+def test_a_damaged_pointer_is_one_clear_error_naming_it(tmp_path, text, why):
+    (tmp_path / "checkpoint.json").write_text(text)
+    with pytest.raises(BadFileError, match=why) as e:
+        load_checkpoint(tmp_path)
+    assert "checkpoint.json" in str(e.value)
+
+
+def test_a_file_where_the_run_directory_should_be(tmp_path):
+    (tmp_path / "run").write_text("not a directory")
+    with pytest.raises(BadFileError, match="is a file, not a run directory"):
+        load_checkpoint(tmp_path / "run")

@@ -7,10 +7,13 @@ and :func:`collect` turns the parsed namespace back into ``{"weight_decay": ...}
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import types
 import typing
 from dataclasses import MISSING, fields
+
+from ..engine.files import json_safe
 
 
 def _parse_type(annotation):
@@ -56,10 +59,11 @@ def explicit(args: argparse.Namespace) -> frozenset[str]:
 
 
 def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, choices: dict | None = None,
-                        helps: dict | None = None, skip: tuple[str, ...] = ()) -> list[str]:
+                        helps: dict | None = None, skip: tuple[str, ...] = (),
+                        metavars: dict | None = None) -> list[str]:
     """Add one flag per field of dataclass ``cls`` to ``parser``; return the flag names."""
     hints = typing.get_type_hints(cls)
-    defaults, choices, helps = defaults or {}, choices or {}, helps or {}
+    defaults, choices, helps, metavars = defaults or {}, choices or {}, helps or {}, metavars or {}
     added = []
     for f in fields(cls):
         if f.name in skip:
@@ -75,7 +79,7 @@ def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, ch
             if "default" not in text:
                 text = f"{text} (default: {default})".strip()
             parser.add_argument(flag, dest=dest, action=StoreExplicit, type=parse, default=default, choices=opts,
-                                metavar=None if opts else f.name.upper(), help=text)
+                                metavar=None if opts else metavars.get(f.name, f.name.upper()), help=text)
         added.append(flag)
     return added
 
@@ -90,3 +94,18 @@ def fail(prog: str, message: str) -> int:
     """Report a user error the argparse way (no traceback) and return exit code 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 2
+
+
+def json_line(obj: dict) -> str:
+    """``obj`` as one line of strict JSON: NaN and infinities become null, with a note saying where."""
+    clean, where = json_safe(obj)
+    if where:
+        clean.setdefault("notes", [])
+        clean["notes"] = list(clean["notes"]) + [f"non-finite values written as null: {', '.join(where)}"]
+    return json.dumps(clean, allow_nan=False)
+
+
+def os_error(e: OSError) -> str:
+    """An OSError as 'what: path' (its str() repeats the errno in brackets)."""
+    where = f": {e.filename!r}" if e.filename else ""
+    return f"{e.strerror or e}{where}"

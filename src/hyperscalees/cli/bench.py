@@ -23,7 +23,7 @@ def add_flags(p) -> None:
     """The flags every benchmark takes (also used by the scripts under ``bench/``)."""
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs, numbers mean little")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to measure (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--out", type=Path, default=None, help="also write the table and JSON to this file")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 from ..engine.checkpoint import package_version
@@ -50,23 +51,41 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hyperscalees",
                                      description="Evolution strategies at the hyperscale (EGGROLL) in PyTorch.")
     parser.add_argument("--version", action="version", version=f"hyperscalees {package_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help=f"one of {', '.join(COMMANDS)}; COMMAND --help for its flags")
     for mod in _command_modules():
         mod.register(sub)
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, but an unknown flag is reported by the sub-command it was typed after
+    (``train xor --stpes 3`` shows ``train xor``'s usage, not the top-level one)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        owner = parser
+        while True:
+            sub = next((a for a in owner._actions if isinstance(a, argparse._SubParsersAction)), None)
+            if sub is None or getattr(args, sub.dest, None) not in sub.choices:
+                break
+            owner = sub.choices[getattr(args, sub.dest)]
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     keep_freed_memory()  # population forwards churn activation-sized temporaries
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into head & co.: not an error
         sys.stdout = open(os.devnull, "w")
         return 0
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # before a run installs its handlers, or a second Ctrl-C/SIGTERM
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"interrupted by {signal.Signals(signum).name}: stopped at once; the last committed checkpoint, "
+              "if any, is intact", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

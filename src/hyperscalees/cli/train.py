@@ -2,45 +2,72 @@
 
 Each task is a sub-command, so ``train digits --help`` shows that task's defaults and its
 own options. ES flags come from ``ESConfig``, engine flags from ``EngineConfig``, task flags
-from the task's ``Options`` dataclass.
+from the task's ``Options`` dataclass. Ctrl-C or SIGTERM ends the run after the current
+step with a checkpoint and exits 130 or 143.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import signal
 import sys
 
 from ..distributed import LocalBackend
-from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine
-from ..engine.checkpoint import load_checkpoint_config
-from ..noise.distributions import DISTRIBUTIONS
+from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
+from ..models import ACTIVATIONS
+from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
 from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
 from ..tasks import TASKS
-from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail
+from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, json_line, os_error
 
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
 ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
               "update": UPDATES, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES)}
 HELP = {
-    "population": "members per step (even: antithetic pairs)", "sigma": "noise scale σ",
-    "rank": "rank r of the low-rank perturbations", "lr": "learning rate", "seed": "noise, data and init seed",
+    # evolution strategy
+    "population": "members per step (even: antithetic pairs)",
+    "sigma": f"noise scale σ (with --distribution int, about {INT_SCALE}x smaller)",
+    "rank": "rank r of the low-rank perturbations", "lr": "learning rate (finite, > 0)",
+    "optimizer": "torch optimizer that applies the ES gradient estimate",
+    "seed": "noise, data and init seed",
+    "shaping": "how raw fitness becomes update weights (centered_rank: ranks, robust to outliers)",
+    "weight_decay": "optimizer weight decay (finite, >= 0)",
+    "momentum": "SGD momentum in [0, 1) (sgd only)",
+    "lr_decay": "multiply lr by this after every step, in (0, 1]",
+    "sigma_decay": "multiply σ by this after every step, in (0, 1]",
+    "noise_reuse": "steps sharing one noise draw (0: one draw for the whole run)",
+    "distribution": f"noise distribution, all of std 1 except int (std ≈ {INT_SCALE}, an int8 table): "
+                    f"with int use a σ about {INT_SCALE}x smaller",
+    "update": "mean: the ES estimate; sign: AltEggRoll's sign(A)·sign(B)ᵀ update",
+    "baseline_every": "K > 0: members i with i %% K in {0, 1} run unperturbed as a fitness baseline (0: none)",
+    "update_chunk": "antithetic pairs regenerated at once in the update; bounds its memory",
+    "noise_cache_mib": "MiB of a step's noise kept between chunks and the update (0: always regenerate)",
+    # engine
     "steps": "total ES steps (a resumed run continues up to this count)",
     "time_budget": "stop before the next step would exceed SECONDS of wall time",
     "eval_every": "held-out metrics every K steps", "checkpoint_every": "checkpoint every K steps (0: at the end)",
-    "out": "run directory for checkpoint, metrics and curve.png",
+    "out": "run directory for checkpoints, metrics and curve.png (default: none, nothing is saved)",
     "resume": "continue the run saved in DIR; flags not given here keep that run's values",
     "device": "torch device (default: cuda if available, else cpu)", "json": "print one JSON summary line",
     "chunk": "members per forward pass (even); bounds memory",
     "group_fitness": "how (P, G) fitness becomes one score per member: mean over G, or shape each group alone",
     "update_rule": "how estimates move the weights (optimizer: a torch.optim optimizer steps -ĝ)",
     "fallback_mib": "MiB of per-member parameter copies the generic vmap layer may make per forward",
+    "overwrite": "replace a run already saved in --out (without it, that is refused)",
+    # task options (shared names mean the same thing in every task)
+    "hidden": "width of the hidden layer(s)", "activation": "nonlinearity between layers",
+    "batch": "examples every member scores per step", "holdout": "fraction of the data held out, in (0, 1)",
+    "points": "grid points on [-2, 2] the fitness is measured on (>= 2)",
 }
+OPTION_CHOICES = {"activation": tuple(ACTIVATIONS)}
+METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
+            "steps": "N", "chunk": "N", "device": "DEVICE"}
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train", help="train a task with ES", description=__doc__.splitlines()[0])
+    p = subparsers.add_parser("train", help="train a task with ES",
+                              description="Train TASK with evolution strategies; `train TASK --help` lists its flags.")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK",
                              help="one of: " + ", ".join(TASKS))
     for name, cls in TASKS.items():
@@ -59,9 +86,9 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
     eng = parser.add_argument_group("engine")
     flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps")},
-                                 helps=HELP)
+                                 helps=HELP, metavars=METAVARS)
     opt = parser.add_argument_group(f"{task_cls.name} options")
-    for f in add_dataclass_flags(opt, task_cls.Options, "options"):
+    for f in add_dataclass_flags(opt, task_cls.Options, "options", choices=OPTION_CHOICES, helps=HELP):
         assert f not in flags, f"task option {f} of {task_cls.name} collides with a core flag"
 
 
@@ -75,8 +102,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                                      collect(args, "options"))
     resume = engine.get("resume")
     if resume and has_checkpoint(resume):
-        saved, typed = load_checkpoint_config(resume), explicit(args)
-        if saved.get("task") == args.task:
+        saved, typed = saved_config(resume).to_dict(), explicit(args)
+        if saved["task"] == args.task:
             if "run.strategy" not in typed:
                 strategy = saved["strategy"]
             es.update({k: v for k, v in saved["es"].items() if f"es.{k}" not in typed})
@@ -91,21 +118,46 @@ def run(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
     except (ValueError, RuntimeError) as e:
         return fail(prog, str(e))
+    except OSError as e:
+        return fail(prog, os_error(e))
+    for note in start_notes(cfg, explicit(args)):
+        print(f"note: {note}", file=sys.stderr)
     try:
         summary = run_engine(cfg, LocalBackend())
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         return fail(prog, str(e))
+    except OSError as e:
+        return fail(prog, os_error(e))
     for note in summary["notes"]:
         print(f"note: {note}", file=sys.stderr)
-    if cfg.engine.json:
-        print(json.dumps(summary))
-    else:
-        print(format_summary(summary))
+    print(json_line(summary) if cfg.engine.json else format_summary(summary))
+    if summary["signal"]:
+        print(interrupted_message(summary), file=sys.stderr)
+        return 128 + signal.Signals[summary["signal"]].value
     return 0
 
 
+def start_notes(cfg: TrainConfig, typed: frozenset[str]) -> list[str]:
+    """Things worth knowing before a run starts, one line each."""
+    notes = []
+    if not (cfg.engine.out or cfg.engine.resume):
+        notes.append("no --out given: nothing will be saved (no checkpoint, metrics or curve)")
+    if cfg.es.distribution == "int" and "es.sigma" not in typed and not cfg.engine.resume:
+        notes.append(f"--distribution int draws values of std ≈ {INT_SCALE}: consider a σ about {INT_SCALE}x "
+                     f"smaller than the default (--sigma {cfg.es.sigma / INT_SCALE:g})")
+    return notes
+
+
+def interrupted_message(s: dict) -> str:
+    where = (f"checkpoint at step {s['steps']} saved in {s['paths']['out']}; continue with "
+             f"`hyperscalees train {s['task']} --resume {s['paths']['out']}`" if s["paths"]
+             else "nothing saved (no --out)")
+    return f"interrupted by {s['signal']} at step {s['steps']}/{s['target_steps']}: {where}"
+
+
 def format_summary(s: dict) -> str:
-    metrics = "  ".join(f"{k}={v:.4g}" for k, v in s["metrics"].items())
+    metrics = "  ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                        for k, v in s["metrics"].items())
     lines = [f"{s['task']} ({s['strategy']}): {s['steps']}/{s['target_steps']} steps in {s['wall_time']:.1f}s"
              f" [stopped by {s['stopped']}]", f"  {metrics}  solved={s['solved']}"]
     if s["paths"]:

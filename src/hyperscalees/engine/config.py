@@ -6,6 +6,7 @@ and frozen, so the CLI can generate one flag per field and every checkpoint can 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -31,12 +32,13 @@ class EngineConfig:
     device: str | None = None           # None: cuda if available, else cpu
     json: bool = False                  # one JSON summary line, no progress bar
     chunk: int | None = None            # members evaluated per forward (even); None: all at once
+    overwrite: bool = False             # replace a run already in `out` instead of refusing
 
     def __post_init__(self):
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps!r}")
-        if self.time_budget is not None and not self.time_budget > 0:
-            raise ValueError(f"time_budget must be > 0 seconds, got {self.time_budget!r}")
+        if self.time_budget is not None and not (math.isfinite(self.time_budget) and self.time_budget > 0):
+            raise ValueError(f"time_budget must be a finite number of seconds > 0, got {self.time_budget!r}")
         if self.eval_every < 1:
             raise ValueError(f"eval_every must be >= 1, got {self.eval_every!r}")
         if self.checkpoint_every < 0:
@@ -80,21 +82,29 @@ class TrainConfig:
     strategy: str = "eggroll"
     es: ESConfig = field(default_factory=ESConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    options: dict[str, Any] = field(default_factory=dict)  # task-specific, checked by the task's Options
+    options: dict[str, Any] = field(default_factory=dict)  # task-specific: every field of the task's Options
 
     def __post_init__(self):
         task_cls = get_task(self.task)
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {STRATEGIES}")
-        make_options(task_cls.Options, self.options)
+        # completed with the task's defaults, so a config made from flags and one made in
+        # Python describe the same run with the same dict (and a resume can compare them)
+        object.__setattr__(self, "options", asdict(make_options(task_cls.Options, self.options)))
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        return cls(task=d["task"], strategy=d["strategy"], es=ESConfig(**d["es"]),
-                   engine=EngineConfig(**d["engine"]), options=dict(d.get("options", {})))
+        """The config ``to_dict`` wrote; a ValueError says what is missing or unknown."""
+        try:
+            return cls(task=d["task"], strategy=d["strategy"], es=ESConfig(**d["es"]),
+                       engine=EngineConfig(**d["engine"]), options=dict(d.get("options", {})))
+        except KeyError as e:
+            raise ValueError(f"config has no {e.args[0]!r} entry") from None
+        except TypeError as e:  # an unknown or misspelt field, or a part that is not a mapping
+            raise ValueError(f"config does not match this version: {e}") from None
 
 
 def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, engine: dict | None = None,

@@ -1,11 +1,18 @@
 """The training loop: ask → evaluate (a backend) → shape → update, plus metrics and checkpoints.
 
 Nothing here does ES maths or evaluates members; it wires a task, the module-level ES
-facade, a backend and the files of a run directory. Per-step data comes from (seed, step) and noise from the strategy's
-seeds, so a run resumed from a checkpoint continues bit for bit like an uninterrupted one.
+facade, a backend and the files of a run directory. Per-step data comes from (seed, step),
+noise from the strategy's seeds and anything else the task accumulates from its
+``state_dict``, so a run resumed from a checkpoint continues bit for bit like an
+uninterrupted one.
+
+A run loses nothing it has committed: checkpoints are committed by one rename
+(checkpoint.py), SIGINT/SIGTERM end the run after the current step with a checkpoint
+(interrupt.py), and weights that turn non-finite stop the run before they can be saved.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import asdict
@@ -18,11 +25,20 @@ from tqdm import tqdm
 from ..nn import EGGROLL, OpenES
 from ..strategies.shaping import fitness_stats
 from ..tasks import AbstractTask, get_task
-from .checkpoint import MODEL_FILE, load_checkpoint, save_checkpoint
+from .checkpoint import (META_FILE, checkpoint_step, has_checkpoint, load_checkpoint, load_checkpoint_config,
+                         remove_orphans, save_checkpoint)
 from .config import TrainConfig, check_device
+from .files import BadFileError, check_directory, exclusive
+from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
 
 MODULE_ES = {"eggroll": EGGROLL, "open_es": OpenES}
+# what a strategy's or a model's load_state_dict raises on a state of another shape
+_STATE_ERRORS = (KeyError, ValueError, TypeError, IndexError, RuntimeError, AttributeError)
+
+
+class DivergedError(RuntimeError):
+    """The weights became NaN or infinite; nothing of them was saved."""
 
 
 def build(cfg: TrainConfig, device: torch.device | None = None):
@@ -35,72 +51,155 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
 
 
 def run(cfg: TrainConfig, backend) -> dict:
-    """Train ``cfg.engine.steps`` steps in total (or until the time budget); return a summary.
+    """Train ``cfg.engine.steps`` steps in total (or until the time budget or a signal); return a summary.
 
-    ``backend`` turns each step's population into fitness (``hyperscalees.distributed``;
-    the CLI builds it) and applies the update wherever replicas live.
+    ``backend`` turns each step's population into fitness (``hyperscalees.distributed``; the CLI
+    builds it) and applies the update wherever replicas live. ``summary["signal"]`` names the
+    SIGINT/SIGTERM that ended the run early (None otherwise); the run was still checkpointed if
+    it has a run directory.
     """
     t0, eng = time.perf_counter(), cfg.engine
-    task, model, es = build(cfg)
-    if eng.resume:
-        _resume(es, cfg)
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
-    logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
-    metrics, stopped = {}, "steps"
-    with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
-                               disable=eng.json or not sys.stderr.isatty()) as bar:
-        while es.step < eng.steps:
-            ts = time.perf_counter()
-            fitness = backend.evaluate(es, partial(task.fitness, step=es.step), eng.chunk)
-            stats = {**backend.update(es, es.shape(fitness)), **fitness_stats(fitness)}
-            step_time = time.perf_counter() - ts
-            out_of_time = eng.time_budget is not None and \
-                time.perf_counter() - t0 + step_time > eng.time_budget
-            last = es.step >= eng.steps or out_of_time
-            row = {**stats, "time": round(time.perf_counter() - t0, 4)}
-            if es.step % eng.eval_every == 0 or last:
+    with contextlib.ExitStack() as stack:
+        if out:
+            flag = "--out" if eng.out else "--resume"
+            stack.enter_context(exclusive(check_directory(out, flag)))  # one writer per run directory
+            _refuse_existing_run(out, cfg)
+        task, model, es = build(cfg)
+        if eng.resume:
+            _resume(es, task, cfg)
+        if out:
+            remove_orphans(out)  # the files of a save a kill interrupted
+        logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
+        stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
+        metrics, evaluated_at, stopped = {}, None, "steps"
+        with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
+                                   disable=eng.json or not sys.stderr.isatty()) as bar:
+            while es.step < eng.steps and not stop.requested:
+                ts = time.perf_counter()
+                fitness = backend.evaluate(es, partial(task.fitness, step=es.step), eng.chunk)
+                stats = {**backend.update(es, es.shape(fitness)), **fitness_stats(fitness)}
+                _check_finite(model, es.step, out)
+                step_time = time.perf_counter() - ts
+                out_of_time = eng.time_budget is not None and \
+                    time.perf_counter() - t0 + step_time > eng.time_budget
+                last = es.step >= eng.steps or out_of_time or stop.requested
+                row = {**stats, "time": round(time.perf_counter() - t0, 4)}
+                if es.step % eng.eval_every == 0 or last:
+                    metrics, evaluated_at = task.evaluate(model), es.step
+                    row.update(metrics)
+                if logger:
+                    logger.log(row)
+                bar.update(1)
+                bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
+                                **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"})
+                if out and eng.checkpoint_every and es.step % eng.checkpoint_every == 0 and not last:
+                    save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict())
+                if out_of_time and es.step < eng.steps:
+                    stopped = "time_budget"
+                    break
+            if evaluated_at != es.step:  # nothing ran, or a signal came between two steps
                 metrics = task.evaluate(model)
-                row.update(metrics)
-            if logger:
-                logger.log(row)
-            bar.update(1)
-            bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
-                            **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"})
-            if out and eng.checkpoint_every and es.step % eng.checkpoint_every == 0 and not last:
-                save_checkpoint(out, es, cfg.to_dict())
-            if out_of_time and es.step < eng.steps:
-                stopped = "time_budget"
-                break
-        if not metrics:  # nothing ran (already at the target step): still report the model
-            metrics = task.evaluate(model)
-    return _finish(cfg, task, es, out, metrics, stopped, t0)
+        if stop.requested and es.step < eng.steps:
+            stopped = signal_name(stop.signum)
+        summary = _finish(cfg, task, es, out, metrics, stopped, t0)
+        summary["signal"] = signal_name(stop.signum) if stop.requested else None
+    return summary
+
+
+def _say_stopping(signum: int, saving: bool) -> None:
+    then = "and saving a checkpoint" if saving else "(nothing will be saved: no --out)"
+    print(f"\n{signal_name(signum)}: finishing this step {then}; send it again to stop at once",
+          file=sys.stderr, flush=True)
+
+
+def _refuse_existing_run(out: Path, cfg: TrainConfig) -> None:
+    """A run in ``out`` is replaced only when asked to (``--overwrite``) or continued (``--resume``)."""
+    eng = cfg.engine
+    if eng.overwrite or (eng.resume and Path(eng.resume).resolve() == out.resolve()):
+        return
+    if has_checkpoint(out) or (out / JSONL_FILE).exists():
+        step = checkpoint_step(out)
+        what = f"a run (checkpoint at step {step})" if step is not None else "a run's files"
+        raise ValueError(f"{str(out)!r} already holds {what}; continue it with --resume {out} "
+                         "or replace it with --overwrite")
+
+
+def _check_finite(model: torch.nn.Module, step: int, out: Path | None) -> None:
+    """Stop before non-finite weights reach a checkpoint.
+
+    One pass and one device sync per step: a tensor's sum is finite unless an element is
+    NaN or infinite (or finite weights so large that their sum overflows, which the exact
+    per-tensor check below then clears). ``isfinite().all()`` costs ~20x more on CPU.
+    """
+    params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    if not params or bool(torch.isfinite(torch.stack([p.sum(dtype=torch.float32) for _, p in params])).all()):
+        return
+    bad = [n for n, p in params if not bool(torch.isfinite(p).all())]
+    if not bad:
+        return
+    saved = checkpoint_step(out) if out else None
+    kept = (f"the checkpoint of step {saved} in {str(out)!r} is kept" if saved is not None
+            else "no checkpoint had been written")
+    raise DivergedError(f"the weights became non-finite at step {step} ({', '.join(bad[:3])}"
+                        f"{', ...' if len(bad) > 3 else ''}); stopped without saving them, {kept}. "
+                        "Try a smaller lr or sigma")
 
 
 def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stopped: str, t0: float) -> dict:
     notes, paths = [], {}
     if out:
-        save_checkpoint(out, es, cfg.to_dict(), extra={"metrics": metrics})
+        files = save_checkpoint(out, es, cfg.to_dict(), extra={"metrics": metrics}, task_state=task.state_dict())
         plot, why = plot_curve(out, task.metric)
         if why:
             notes.append(why)
-        paths = {"out": str(out), "checkpoint": str(out / MODEL_FILE), "metrics_jsonl": str(out / JSONL_FILE),
-                 "metrics_csv": str(out / CSV_FILE), "plot": str(plot) if plot else None}
+        paths = {"out": str(out), "checkpoint": str(files["pointer"]), "model": str(files["model"]),
+                 "metrics_jsonl": str(out / JSONL_FILE), "metrics_csv": str(out / CSV_FILE),
+                 "plot": str(plot) if plot else None}
     return {"task": cfg.task, "strategy": cfg.strategy, "steps": es.step, "target_steps": cfg.engine.steps,
             "stopped": stopped, "metric": task.metric, "metrics": metrics, "solved": task.solved(metrics),
             "device": str(cfg.engine.resolved_device), "wall_time": round(time.perf_counter() - t0, 3),
             "paths": paths, "notes": notes}
 
 
-def _resume(es, cfg: TrainConfig) -> None:
+def _resume(es, task: AbstractTask, cfg: TrainConfig) -> None:
     """Load the checkpoint in ``cfg.engine.resume`` after checking it belongs to the same run."""
-    ckpt = load_checkpoint(cfg.engine.resume, cfg.engine.resolved_device)
-    old, new = ckpt.config, cfg.to_dict()
+    directory = cfg.engine.resume
+    try:
+        ckpt = load_checkpoint(directory, cfg.engine.resolved_device)
+    except FileNotFoundError as e:
+        if (Path(directory) / JSONL_FILE).exists():  # killed before its first checkpoint
+            raise FileNotFoundError(f"{e}; the run there stopped before its first checkpoint: start it again "
+                                    f"with --out {directory} --overwrite") from None
+        raise
+    old, new = _parse_config(ckpt.config, directory).to_dict(), cfg.to_dict()
     diff = [k for k in ("task", "strategy", "options") if old.get(k) != new[k]]
     diff += [f"es.{k}" for k in new["es"] if old.get("es", {}).get(k) != new["es"][k]]
     if diff:
         detail = ", ".join(f"{k}: checkpoint {_get(old, k)!r} vs now {_get(new, k)!r}" for k in diff)
-        raise ValueError(f"cannot resume {cfg.engine.resume!r}: it is a different run ({detail})")
-    es.load_state_dict({"model": ckpt.model, "strategy": ckpt.strategy})
+        raise ValueError(f"cannot resume {directory!r}: it is a different run ({detail})")
+    if ckpt.step > cfg.engine.steps:
+        raise ValueError(f"the checkpoint in {directory!r} is already at step {ckpt.step}, past --steps "
+                         f"{cfg.engine.steps}; give --steps {ckpt.step} or more to continue it")
+    try:
+        es.load_state_dict({"model": ckpt.model, "strategy": ckpt.strategy})
+    except _STATE_ERRORS as e:
+        raise BadFileError(f"the checkpoint in {directory!r} does not fit this run's model or strategy: "
+                           f"{_squash(e)}") from None
+    _load_task_state(task, ckpt.task, directory)
+
+
+def _load_task_state(task: AbstractTask, state: dict, directory) -> None:
+    try:
+        task.load_state_dict(state)
+    except _STATE_ERRORS as e:
+        raise BadFileError(f"the task state in {str(directory)!r} does not fit task {task.name!r}: "
+                           f"{_squash(e)}") from None
+
+
+def _squash(e: BaseException) -> str:
+    """An error message on one line (torch's load_state_dict errors span several)."""
+    return " ".join(str(e).split())[:300] or type(e).__name__
 
 
 def _get(d: dict, dotted: str):
@@ -109,12 +208,31 @@ def _get(d: dict, dotted: str):
     return d
 
 
+def saved_config(directory: str | Path) -> TrainConfig:
+    """The ``TrainConfig`` a checkpoint was written with (cheap: reads only the pointer)."""
+    return _parse_config(load_checkpoint_config(directory), directory)
+
+
+def _parse_config(saved: dict, directory: str | Path) -> TrainConfig:
+    try:
+        return TrainConfig.from_dict(saved)
+    except ValueError as e:
+        raise BadFileError(f"{str(Path(directory) / META_FILE)!r} holds an unusable config: {e}") from None
+
+
 def load_run(directory: str | Path, device: str | torch.device | None = None):
-    """(config, task, model, step) of the checkpoint in ``directory``, the model on ``device``."""
-    ckpt = load_checkpoint(directory, device)
-    cfg = TrainConfig.from_dict(ckpt.config)
+    """(config, task, model, step) of the checkpoint in ``directory``, the model on ``device``.
+
+    Reads the model and the task state only: evaluating needs no optimizer state.
+    """
+    ckpt = load_checkpoint(directory, device, strategy=False)
+    cfg = _parse_config(ckpt.config, directory)
     dev = check_device(device if device is not None else "cpu")
     task = get_task(cfg.task)(seed=cfg.es.seed, device=dev, options=cfg.options)
     model = task.build_model()
-    model.load_state_dict(ckpt.model)
+    try:
+        model.load_state_dict(ckpt.model)
+    except _STATE_ERRORS as e:
+        raise BadFileError(f"the model in {str(directory)!r} does not fit task {cfg.task!r}: {_squash(e)}") from None
+    _load_task_state(task, ckpt.task, directory)
     return cfg, task, model, ckpt.step

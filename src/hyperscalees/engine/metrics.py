@@ -4,15 +4,17 @@ One row per ES step. The CSV has fixed columns (strategy statistics, then the ta
 metric names), left empty on steps without a held-out evaluation; JSONL rows only hold
 what was measured. Both files are appended and flushed every step, so a crashed run keeps
 its history. On resume, rows past the checkpoint's step (written after it, then lost in
-the crash) are dropped so the files match an uninterrupted run. ``time`` is seconds since
-the current invocation started (it restarts at a resume).
+the crash) are dropped so the files match an uninterrupted run, and so is an unterminated
+last line (an append cut short by the crash). ``time`` is seconds since the current
+invocation started (it restarts at a resume).
 """
 from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
+
+from .files import BadFileError, atomic_write, json_safe
 
 JSONL_FILE = "metrics.jsonl"
 CSV_FILE = "metrics.csv"
@@ -20,18 +22,41 @@ PLOT_FILE = "curve.png"
 STEP_COLUMNS = ("step", "fitness_mean", "fitness_max", "grad_norm", "sigma", "lr", "nonfinite", "time")
 
 
-def _clean(v):
-    """JSON has no NaN/inf: write them as null."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 def read_rows(path: str | Path) -> list[dict]:
+    """The rows of a ``metrics.jsonl`` (none if it does not exist), each checked.
+
+    An unterminated last line is what a crash in the middle of an append leaves: it is
+    dropped. Any other line that is not a JSON object with an integer ``step`` raises
+    :class:`BadFileError` naming the file and the line.
+    """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        text = path.read_text()
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise BadFileError(f"cannot read {str(path)!r}: {getattr(e, 'strerror', None) or e}") from None
+    lines = text.split("\n")
+    torn = lines.pop()  # "" when the file ends with a newline, else a cut-short append
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BadFileError(f"{str(path)!r} line {i} is not valid JSON ({e}); delete that line to go on") from None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            raise BadFileError(f"{str(path)!r} line {i} is not a metrics row (a JSON object with an integer 'step')")
+        rows.append(row)
+    if torn.strip():
+        try:
+            row = json.loads(torn)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            rows.append(row)
+    return rows
 
 
 class MetricsLogger:
@@ -43,18 +68,25 @@ class MetricsLogger:
         self.columns = list(STEP_COLUMNS) + [m for m in metric_names if m not in STEP_COLUMNS]
         self.jsonl_path = self.directory / JSONL_FILE
         self.csv_path = self.directory / CSV_FILE
-        kept = [r for r in read_rows(self.jsonl_path) if r.get("step", 0) <= start_step] if start_step else []
-        with open(self.jsonl_path, "w") as f:
-            for r in kept:
+        kept = [r for r in read_rows(self.jsonl_path) if r["step"] <= start_step] if start_step else []
+        # rewritten atomically: a kill during a resume's rewrite must not lose the history
+        atomic_write(self.jsonl_path, lambda tmp: self._write_jsonl(tmp, kept))
+        atomic_write(self.csv_path, lambda tmp: self._write_csv(tmp, kept))
+
+    def _write_jsonl(self, path: str, rows: list[dict]) -> None:
+        with open(path, "w") as f:
+            for r in rows:
                 f.write(json.dumps(r) + "\n")
-        with open(self.csv_path, "w", newline="") as f:
+
+    def _write_csv(self, path: str, rows: list[dict]) -> None:
+        with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
             w.writeheader()
-            for r in kept:
+            for r in rows:
                 w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in self.columns})
 
     def log(self, row: dict) -> None:
-        row = {k: _clean(v) for k, v in row.items()}
+        row = json_safe(row)[0]  # JSON has no NaN/inf: null
         with open(self.jsonl_path, "a") as f:
             f.write(json.dumps(row) + "\n")
         with open(self.csv_path, "a", newline="") as f:
@@ -69,7 +101,10 @@ def plot_curve(directory: str | Path, metric: str) -> tuple[Path | None, str | N
     a missing plot must never fail a finished training run.
     """
     directory = Path(directory)
-    rows = read_rows(directory / JSONL_FILE)
+    try:
+        rows = read_rows(directory / JSONL_FILE)
+    except BadFileError as e:
+        return None, f"skipped {PLOT_FILE}: {e}"
     if not rows:
         return None, "no metrics rows to plot"
     try:
@@ -89,7 +124,6 @@ def plot_curve(directory: str | Path, metric: str) -> tuple[Path | None, str | N
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path = directory / PLOT_FILE
-    from .checkpoint import atomic_write
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     plt.close(fig)
     return path, None

@@ -1,6 +1,7 @@
 """The one config every strategy takes: the paper's hyper-parameters, validated up front."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..noise.distributions import check_distribution
@@ -42,16 +43,18 @@ class ESConfig:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
         if self.update not in UPDATES:
             raise ValueError(f"unknown update {self.update!r}; choose one of {UPDATES}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
         for name in ("lr_decay", "sigma_decay"):
             v = getattr(self, name)
             if not 0 < v <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {v!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        if not self.noise_cache_mib >= 0:
-            raise ValueError(f"noise_cache_mib must be >= 0, got {self.noise_cache_mib!r}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if not (math.isfinite(self.noise_cache_mib) and self.noise_cache_mib >= 0):
+            raise ValueError(f"noise_cache_mib must be a finite number >= 0, got {self.noise_cache_mib!r}")
         if self.update_chunk < 1:
             raise ValueError(f"update_chunk must be >= 1, got {self.update_chunk!r}")
         check_group_fitness(self.group_fitness)

@@ -16,6 +16,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from ..models.mlp import ACTIVATIONS
 from ..noise.keys import fold_in
 
 
@@ -84,6 +85,19 @@ class AbstractTask:
         """Keys :meth:`evaluate` returns, for fixed CSV columns."""
         return (self.metric,)
 
+    # -- state a resumed run must restore ----------------------------------------------
+    def state_dict(self) -> dict:
+        """What the task has accumulated while training (e.g. observation statistics, a data
+        cursor); saved in every checkpoint so a resumed run continues bit for bit.
+
+        Tensors and plain Python data only (it is read back with ``weights_only=True``).
+        Tasks whose fitness depends only on (seed, step), like the built-in ones, keep none.
+        """
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned; stateless tasks have nothing to restore."""
+
 
 def make_options(cls: type, values: dict):
     """Build a task's Options from a dict, naming unknown keys and the valid ones."""
@@ -92,6 +106,20 @@ def make_options(cls: type, values: dict):
     if bad:
         raise ValueError(f"unknown option(s) {bad} for this task; choose from {sorted(known)}")
     return cls(**values)
+
+
+def check_options(options, positive: tuple[str, ...] = (), activation: str | None = None) -> None:
+    """Refuse option values a task cannot build from, naming the option and the value.
+
+    Called from an Options ``__post_init__``, so ``--batch 0`` fails where it is parsed,
+    not as a reshape error deep inside the first fitness call.
+    """
+    for name in positive:
+        v = getattr(options, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
 
 
 def member_major(x: Tensor, members: int) -> Tensor:

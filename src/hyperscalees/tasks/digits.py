@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models import mlp
-from .base import AbstractTask, member_major
+from .base import AbstractTask, check_options, member_major
 
 _SPLIT_SEED = 1234  # fixed: the held-out set is the same for every run
 
@@ -25,6 +25,11 @@ class DigitsOptions:
     batch: int = 128
     holdout: float = 0.2
     activation: str = "tanh"
+
+    def __post_init__(self):
+        check_options(self, positive=("hidden", "batch"), activation=self.activation)
+        if not 0 < self.holdout < 1:
+            raise ValueError(f"holdout must be in (0, 1), got {self.holdout!r}")
 
 
 def load_digits_tensors() -> tuple[Tensor, Tensor]:
@@ -50,8 +55,6 @@ class DigitsTask(AbstractTask):
 
     def __init__(self, seed=0, device=None, options=None):
         super().__init__(seed, device, options)
-        if not 0 < self.options.holdout < 1:
-            raise ValueError(f"holdout must be in (0, 1), got {self.options.holdout!r}")
         x, y = load_digits_tensors()
         perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(_SPLIT_SEED))
         n_eval = int(round(len(y) * self.options.holdout))

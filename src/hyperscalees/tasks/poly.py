@@ -7,13 +7,18 @@ import torch
 from torch import Tensor, nn
 
 from ..models import mlp
-from .base import AbstractTask, member_major
+from .base import AbstractTask, check_options, member_major
 
 
 @dataclass(frozen=True)
 class PolyOptions:
     points: int = 64
     hidden: int = 32
+
+    def __post_init__(self):
+        check_options(self, positive=("hidden",))
+        if self.points < 2:  # the held-out set is the midpoints between them
+            raise ValueError(f"points must be an integer >= 2, got {self.points!r}")
 
 
 class PolyTask(AbstractTask):

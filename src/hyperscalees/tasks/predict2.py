@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from ..models import mlp
-from .base import AbstractTask, member_major
+from .base import AbstractTask, check_options, member_major
 
 _EVAL_STREAM = -1  # the held-out batch lives on a stream no training step uses
 
@@ -16,6 +16,9 @@ _EVAL_STREAM = -1  # the held-out batch lives on a stream no training step uses
 class Predict2Options:
     batch: int = 32
     hidden: int = 16
+
+    def __post_init__(self):
+        check_options(self, positive=("batch", "hidden"))
 
 
 class Predict2Task(AbstractTask):

@@ -7,13 +7,16 @@ import torch
 from torch import Tensor, nn
 
 from ..models import mlp
-from .base import AbstractTask, member_major
+from .base import AbstractTask, check_options, member_major
 
 
 @dataclass(frozen=True)
 class XorOptions:
     hidden: int = 16
     activation: str = "tanh"
+
+    def __post_init__(self):
+        check_options(self, positive=("hidden",), activation=self.activation)
 
 
 class XorTask(AbstractTask):
