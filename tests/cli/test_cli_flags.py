@@ -17,7 +17,8 @@ ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 
              "sigma_decay": ("0.25", 0.25), "noise_reuse": ("4", 4), "distribution": ("rademacher", "rademacher"),
              "update": ("sign", "sign"), "baseline_every": ("2", 2), "update_chunk": ("8", 8),
              "noise_cache_mib": ("16.5", 16.5), "group_fitness": ("per_group", "per_group"),
-             "update_rule": ("optimizer", "optimizer"), "fallback_mib": ("32.5", 32.5)}
+             "update_rule": ("optimizer", "optimizer"), "fallback_mib": ("32.5", 32.5),
+             "deterministic": (None, False)}
 ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
                  "checkpoint_every": ("2", 2), "out": ("runs/x", "runs/x"), "resume": ("runs/y", "runs/y"),
                  "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64), "overwrite": (None, True)}
@@ -36,7 +37,8 @@ def flag(name):
 @pytest.mark.parametrize("name", [f.name for f in fields(ESConfig)])
 def test_es_flags_round_trip(name):
     text, value = ES_VALUES[name]
-    cfg = config_from_args(parse("train", "xor", flag(name), text))
+    argv = ["train", "xor"] + ([flag(name), text] if text is not None else ["--no-" + flag(name)[2:]])  # a switch on by default
+    cfg = config_from_args(parse(*argv))
     assert getattr(cfg.es, name) == value
 
 

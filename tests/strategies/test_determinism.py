@@ -22,13 +22,14 @@ def threads():
 
 
 def train(threads=None, update_chunk=4096, noise_cache_mib=64.0, chunk=POP, optimizer="adam", steps=2,
-          shaping="centered_rank"):
+          shaping="centered_rank", deterministic=True):
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 160), nn.Tanh(), nn.LayerNorm(160), nn.Linear(160, 10))
     es = hs.EGGROLL(model, population=POP, sigma=0.05, rank=2, lr=0.05, optimizer=optimizer, seed=1,
-                    update_chunk=update_chunk, noise_cache_mib=noise_cache_mib, shaping=shaping)
+                    update_chunk=update_chunk, noise_cache_mib=noise_cache_mib, shaping=shaping,
+                    deterministic=deterministic)
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(2))
 
     def fitness(m, lo, hi):
@@ -64,3 +65,14 @@ def test_z_score_shaping_bits_do_not_depend_on_threads(threads):
     for z, s in out[1:]:
         assert torch.equal(z, out[0][0]) and torch.equal(s, out[0][1])
     torch.testing.assert_close(out[0][1].double(), f.double().sum(), rtol=1e-6, atol=0)
+
+
+def test_without_the_thread_guarantee_chunking_and_cache_still_change_nothing(threads):
+    """deterministic=False lets BLAS use every thread for the update; at one thread count the
+    update still does not depend on update_chunk, the cache or the population's chunking."""
+    torch.set_num_threads(2)
+    base = train(update_chunk=4096, deterministic=False)
+    for kw in (dict(update_chunk=100), dict(noise_cache_mib=0.0), dict(chunk=200)):
+        torch.set_num_threads(2)
+        got = train(deterministic=False, **kw)
+        assert torch.equal(got, base), kw

@@ -49,6 +49,12 @@ class _StoreTrue(argparse._StoreTrueAction):
         _mark(namespace, self.dest)
 
 
+class _StoreFalse(argparse._StoreFalseAction):
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        _mark(namespace, self.dest)
+
+
 def _mark(namespace, dest: str) -> None:
     setattr(namespace, EXPLICIT, getattr(namespace, EXPLICIT, frozenset()) | {dest})
 
@@ -72,8 +78,11 @@ def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, ch
         parse, is_bool = _parse_type(hints[f.name])
         text = helps.get(f.name, "")
         flag, dest = flag_name(f.name), f"{part}.{f.name}"
-        if is_bool:
-            parser.add_argument(flag, dest=dest, action=_StoreTrue, default=bool(default), help=text)
+        if is_bool and default:  # a switch that is on by default is turned off with --no-NAME
+            flag = "--no-" + flag[2:]
+            parser.add_argument(flag, dest=dest, action=_StoreFalse, default=True, help=text)
+        elif is_bool:
+            parser.add_argument(flag, dest=dest, action=_StoreTrue, default=False, help=text)
         else:
             opts = choices.get(f.name)
             if "default" not in text:

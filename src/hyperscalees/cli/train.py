@@ -54,6 +54,8 @@ HELP = {
     "group_fitness": "how (P, G) fitness becomes one score per member: mean over G, or shape each group alone",
     "update_rule": "how estimates move the weights (optimizer: a torch.optim optimizer steps -ĝ)",
     "fallback_mib": "MiB of per-member parameter copies the generic vmap layer may make per forward",
+    "deterministic": "let the update's GEMMs use every CPU thread: faster at T=1 on many cores, but its last "
+                     "bits then depend on the thread count (by default they do not)",
     "overwrite": "replace a run already saved in --out (without it, that is refused)",
     # task options (shared names mean the same thing in every task)
     "hidden": "width of the hidden layer(s)", "activation": "nonlinearity between layers",

@@ -2,8 +2,8 @@
 
 BLAS picks its kernels and blocking by the number of threads: the same CPU GEMM gives
 different last bits with 1 and 2 threads (measured here even with an inner dimension of
-8). A replica replaying the ES update, or a run resumed on another machine, must apply
-the very same bits, so the update's products go through :func:`addmm_blocks_`:
+8). A replica replaying the ES update, or a run resumed with another thread count, must
+apply the very same bits, so the update's products go through :func:`addmm_blocks_`:
 
 - the output is cut into tiles whose shapes depend only on the output's shape;
 - each tile is one single-threaded GEMM per block of the inner dimension, accumulated in
@@ -11,14 +11,21 @@ the very same bits, so the update's products go through :func:`addmm_blocks_`:
 - tiles are spread over a pool of as many Python threads as torch would use (GEMMs
   release the GIL), so the work still runs in parallel.
 
+That pool only gets cores of its own inside :func:`fixed_threads`, which holds torch's
+OpenMP at one thread: after any multi-threaded op, torch's idle OpenMP workers keep
+spinning on the other cores for a while (measured: tiles on two Python threads right
+after a parallel op ran no faster than on one). The update runs inside it; what needs
+every thread meanwhile (drawing noise) steps out with :func:`all_threads`.
+
 On CUDA a GEMM of given shapes is computed the same way every time on a given GPU, so
-blocks are plain ``addmm_`` calls there.
+blocks are plain ``addmm_`` calls there, at full speed.
 """
 from __future__ import annotations
 
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -26,6 +33,7 @@ from torch import Tensor
 TILE = 128                 # output rows (or columns, for a single row) per single-threaded GEMM
 MIN_PARALLEL = 1 << 16     # output elements below which one thread does every tile
 
+_state = threading.local()  # .threads: the caller's torch thread count while fixed_threads is active
 _pool: ThreadPoolExecutor | None = None
 _pool_key: tuple[int, int] | None = None
 _pool_lock = threading.Lock()
@@ -41,6 +49,34 @@ def _workers(n: int) -> ThreadPoolExecutor:
         return _pool
 
 
+@contextmanager
+def fixed_threads():
+    """torch's OpenMP held at one thread inside; :func:`addmm_blocks_` uses the caller's count."""
+    outer = getattr(_state, "threads", None)
+    saved = torch.get_num_threads()
+    _state.threads = outer or saved
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+        _state.threads = outer
+
+
+@contextmanager
+def all_threads():
+    """Step out of :func:`fixed_threads` for a moment (a noise draw wants every thread)."""
+    n = getattr(_state, "threads", None)
+    if n is None:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(1)
+
+
 def tiles(rows: int, cols: int) -> list[tuple[slice, slice]]:
     """The fixed tiling of a (rows, cols) output: row tiles, or column tiles for one row."""
     if rows == 1:
@@ -48,12 +84,13 @@ def tiles(rows: int, cols: int) -> list[tuple[slice, slice]]:
     return [(slice(r, min(rows, r + TILE)), slice(0, cols)) for r in range(0, rows, TILE)]
 
 
-def addmm_blocks_(out: Tensor, lefts: list[Tensor], rights: list[Tensor]) -> Tensor:
-    """out (rows, cols) += Σ_b lefts[b] @ rights[b], blocks in order; bits independent of threads.
+def addmm_blocks_(out: Tensor, lefts: list[Tensor], rights: list[Tensor], fixed: bool = True) -> Tensor:
+    """out (rows, cols) += Σ_b lefts[b] @ rights[b], blocks in order.
 
-    lefts[b] (rows, n_b), rights[b] (n_b, cols): any strides.
+    lefts[b] (rows, n_b), rights[b] (n_b, cols): any strides. With ``fixed`` on a CPU the
+    bits do not depend on torch's thread count; without it BLAS may use every thread.
     """
-    if out.device.type != "cpu":
+    if not fixed or out.device.type != "cpu":
         for left, right in zip(lefts, rights):
             out.addmm_(left, right)
         return out
@@ -66,8 +103,8 @@ def addmm_blocks_(out: Tensor, lefts: list[Tensor], rights: list[Tensor]) -> Ten
             for left, right in zip(lefts, rights):
                 tile.addmm_(left[rs], right[:, cs])
 
-    threads = torch.get_num_threads()
-    try:
+    with fixed_threads():
+        threads = _state.threads
         if threads == 1 or out.numel() < MIN_PARALLEL or len(parts) == 1:
             run(parts)
         else:
@@ -76,6 +113,4 @@ def addmm_blocks_(out: Tensor, lefts: list[Tensor], rights: list[Tensor]) -> Ten
             run(groups[0])
             for f in futures:
                 f.result()
-    finally:
-        torch.set_num_threads(threads)
     return out

@@ -2,9 +2,9 @@
 
 K pairs, r rank. ``weights`` (K,) are per-pair fitness contrasts Σ_member f_i s_i (times
 any scale folded in). Pairs are reduced in blocks of :data:`REDUCTION_PAIRS`, counted from
-the first pair handed in, each block one GEMM per output tile (``fixed_order``): so the
-bits of a sum depend on the pairs and weights alone -- not on the thread count, and not
-on how callers chunk the pairs, as long as chunks start at multiples of the block.
+the first pair handed in, one GEMM per block accumulated in order (``fixed_order``): so
+the bits of a sum do not depend on how callers chunk the pairs, as long as chunks start at
+multiples of the block, and with ``fixed`` not on the thread count either.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _blocks(k: int) -> list[slice]:
     return [slice(k0, min(k, k0 + REDUCTION_PAIRS)) for k0 in range(0, k, REDUCTION_PAIRS)]
 
 
-def lowrank_sum_(out: Tensor, a: Tensor, b: Tensor, weights: Tensor) -> Tensor:
+def lowrank_sum_(out: Tensor, a: Tensor, b: Tensor, weights: Tensor, fixed: bool = True) -> Tensor:
     """out (rows, cols) += Σ_k w_k A_k B_kᵀ = (A ⊙ w)ᵀ B, a (K, rows, r), b (K, cols, r)."""
     k, rows, r = a.shape
     lefts, rights = [], []
@@ -34,16 +34,16 @@ def lowrank_sum_(out: Tensor, a: Tensor, b: Tensor, weights: Tensor) -> Tensor:
         aw = a[blk] * weights[blk].to(a.dtype).view(-1, 1, 1)          # (k_b, rows, r)
         lefts.append(aw.transpose(1, 2).reshape(n, rows).T)            # (rows, k_b·r)
         rights.append(b[blk].transpose(1, 2).reshape(n, b.shape[1]))  # (k_b·r, cols)
-    return addmm_blocks_(out, lefts, rights)
+    return addmm_blocks_(out, lefts, rights, fixed)
 
 
-def full_sum_(out: Tensor, noise: Tensor, weights: Tensor) -> Tensor:
+def full_sum_(out: Tensor, noise: Tensor, weights: Tensor, fixed: bool = True) -> Tensor:
     """out (*shape) += Σ_k w_k ε_k for noise (K, *shape)."""
     k = noise.shape[0]
     flat = noise.reshape(k, -1)
     lefts = [weights[blk].to(noise.dtype).view(1, -1) for blk in _blocks(k)]  # (1, k_b)
     rights = [flat[blk] for blk in _blocks(k)]                               # (k_b, numel)
-    addmm_blocks_(out.view(1, -1), lefts, rights)
+    addmm_blocks_(out.view(1, -1), lefts, rights, fixed)
     return out
 
 

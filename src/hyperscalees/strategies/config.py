@@ -35,6 +35,7 @@ class ESConfig:
     group_fitness: str = "mean"    # (P, G) fitness: "mean" over G then shape, or "per_group" shape each column
     update_rule: str = "optimizer" # how estimates move the weights (strategies.rules.RULES)
     fallback_mib: float = 64.0     # per-member parameter copies the generic (vmap) layer may make per forward
+    deterministic: bool = True     # update bits independent of the CPU thread count (its GEMMs on one thread)
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)

@@ -5,16 +5,20 @@
 
 The bits of ĝ are a function of (step, shaped fitness) alone. Pairs are regenerated in
 chunks of ``update_chunk`` pairs rounded up to whole reduction blocks, and summed block by
-block in a fixed order with thread-count-independent GEMMs (``ops.update``); a draw held
-in the store is sliced into the very same chunks. So the thread count, ``update_chunk``,
-the noise cache and how the forwards were chunked never change the update.
+block in a fixed order (``ops.update``); a draw held in the store is sliced into the very
+same chunks. So ``update_chunk``, the noise cache and how the forwards were chunked never
+change the update, and with ``fixed`` (``ESConfig.deterministic``) neither does the thread
+count: its GEMMs then run as fixed single-threaded tiles (``ops.fixed_order``).
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch import Tensor
 
 from ..noise.store import NoiseStore
+from ..ops.fixed_order import all_threads, fixed_threads
 from ..ops.update import REDUCTION_PAIRS, full_sum_, lowrank_sum_, pair_weights
 
 
@@ -24,17 +28,19 @@ def chunk_pairs(update_chunk: int) -> int:
 
 
 def estimate(store: NoiseStore, shaped: Tensor, names: list[str], update_chunk: int,
-             sign_update: bool = False, consume: bool = False) -> dict[str, Tensor]:
+             sign_update: bool = False, consume: bool = False, fixed: bool = True) -> dict[str, Tensor]:
     """ĝ (float32, the parameter's shape) for each of ``names``.
 
     With ``consume`` each whole-step draw is taken out of the store as it is used, so the
     store shrinks while the estimates grow and the two never peak together.
     """
-    return {n: estimate_one(store, n, shaped, update_chunk, sign_update, consume) for n in names}
+    cpu = any(store.devices[n].type == "cpu" for n in names)
+    with fixed_threads() if fixed and cpu else contextlib.nullcontext():  # see ops.fixed_order
+        return {n: estimate_one(store, n, shaped, update_chunk, sign_update, consume, fixed) for n in names}
 
 
 def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int, sign_update: bool = False,
-                 consume: bool = False) -> Tensor:
+                 consume: bool = False, fixed: bool = True) -> Tensor:
     pop, dev, lowrank = store.pop, store.devices[name], store.is_lowrank(name)
     # ĝ = Σ f_i ε_i / (Nσ) with ε_i = s·(scale/σ)·(A Bᵀ or ε): the store's scales, no √r here
     coef = store.scale(name) / (pop.size * store.sigma(name) ** 2)
@@ -47,12 +53,13 @@ def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int
         if whole is not None:
             noise = whole.slice(k0, k1)
         else:
-            noise = store.draw(name, pop.pairs(2 * k0, 2 * k1, device=dev), pop.signs(2 * k0, 2 * k1, device=dev))
+            with all_threads():
+                noise = store.draw(name, pop.pairs(2 * k0, 2 * k1, device=dev), pop.signs(2 * k0, 2 * k1, device=dev))
         w = pair_weights(f[2 * k0:2 * k1], noise.signs) * coef
         if lowrank:
             a, b = (noise.a.sign(), noise.b.sign()) if sign_update else (noise.a, noise.b)
-            lowrank_sum_(total, a, b, w)
+            lowrank_sum_(total, a, b, w, fixed)
         else:
-            full_sum_(total, noise.eps, w)
+            full_sum_(total, noise.eps, w, fixed)
         del noise
     return total
