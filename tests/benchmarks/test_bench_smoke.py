@@ -171,3 +171,11 @@ def test_calls_quick_reports_a_ratio_per_population():
     d = json.loads(rep.to_json())
     assert [r["population"] for r in d["rows"]] == list(calls.configs(True)["populations"])
     assert 0 < d["es_over_inference"] and all(r["es_ms"] > 0 and r["infer_ms"] > 0 for r in d["rows"])
+
+
+def test_deterministic_cost_quick_compares_both_update_modes():
+    import deterministic_cost
+    rep = deterministic_cost.run(quick=True)
+    row = dict(zip(rep.columns, rep.rows[0]))
+    assert row["width"] == 64 and row["det_ms"] > 0 and row["fast_ms"] > 0
+    assert 0 < row["det_over_inference"] and 0 < row["fast_over_inference"]

@@ -67,12 +67,10 @@ def test_z_score_shaping_bits_do_not_depend_on_threads(threads):
     torch.testing.assert_close(out[0][1].double(), f.double().sum(), rtol=1e-6, atol=0)
 
 
-def test_without_the_thread_guarantee_chunking_and_cache_still_change_nothing(threads):
-    """deterministic=False lets BLAS use every thread for the update; at one thread count the
-    update still does not depend on update_chunk, the cache or the population's chunking."""
-    torch.set_num_threads(2)
-    base = train(update_chunk=4096, deterministic=False)
-    for kw in (dict(update_chunk=100), dict(noise_cache_mib=0.0), dict(chunk=200)):
-        torch.set_num_threads(2)
+def test_without_the_guarantee_the_update_is_the_same_to_float_rounding(threads):
+    """deterministic=False lets BLAS use every thread (one GEMM per chunk): the same update up to
+    float rounding, no longer bit for bit across threads or chunking."""
+    base = train(threads=1)
+    for kw in (dict(threads=2), dict(threads=2, update_chunk=100), dict(threads=1, noise_cache_mib=0.0)):
         got = train(deterministic=False, **kw)
-        assert torch.equal(got, base), kw
+        torch.testing.assert_close(got, base, rtol=1e-5, atol=1e-6)

@@ -84,20 +84,20 @@ def tiles(rows: int, cols: int) -> list[tuple[slice, slice]]:
     return [(slice(r, min(rows, r + TILE)), slice(0, cols)) for r in range(0, rows, TILE)]
 
 
-def addmm_blocks_(out: Tensor, lefts: list[Tensor], rights: list[Tensor], fixed: bool = True) -> Tensor:
-    """out (rows, cols) += Σ_b lefts[b] @ rights[b], blocks in order.
+def addmm_blocks_(out: Tensor, lefts: list[Tensor], rights: list[Tensor]) -> Tensor:
+    """out (rows, cols) += Σ_b lefts[b] @ rights[b], blocks in order; bits independent of threads.
 
-    lefts[b] (rows, n_b), rights[b] (n_b, cols): any strides. With ``fixed`` on a CPU the
-    bits do not depend on torch's thread count; without it BLAS may use every thread.
+    lefts[b] (rows, n_b), rights[b] (n_b, cols): any strides.
     """
-    if not fixed or out.device.type != "cpu":
+    if out.device.type != "cpu":
         for left, right in zip(lefts, rights):
             out.addmm_(left, right)
         return out
     parts = tiles(*out.shape)
 
     def run(assigned):
-        torch.set_num_threads(1)  # this thread's BLAS: one thread, one kernel choice
+        if torch.get_num_threads() != 1:
+            torch.set_num_threads(1)  # a pool thread's BLAS: one thread, one kernel choice
         for rs, cs in assigned:
             tile = out[rs, cs]
             for left, right in zip(lefts, rights):

@@ -2,16 +2,18 @@
 
 K pairs, r rank. ``weights`` (K,) are per-pair fitness contrasts Σ_member f_i s_i (times
 any scale folded in). Pairs are reduced in blocks of :data:`REDUCTION_PAIRS`, counted from
-the first pair handed in, one GEMM per block accumulated in order (``fixed_order``): so
-the bits of a sum do not depend on how callers chunk the pairs, as long as chunks start at
-multiples of the block, and with ``fixed`` not on the thread count either.
+the first pair handed in, one single-threaded GEMM per block and output tile accumulated in
+order (``fixed_order``): so the bits of a sum depend on the pairs and weights alone -- not on
+the thread count, and not on how callers chunk the pairs, as long as chunks start at
+multiples of the block. Without ``fixed`` a sum is one multi-threaded BLAS call, whose last
+bits follow the thread count and the chunking.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .fixed_order import addmm_blocks_
+from .fixed_order import addmm_blocks_, fixed_threads
 
 REDUCTION_PAIRS = 256  # pairs per GEMM of the update; callers chunk at multiples of it
 
@@ -21,29 +23,36 @@ def pair_weights(shaped: Tensor, signs: Tensor) -> Tensor:
     return (shaped.view(-1, 2) * signs.to(shaped.dtype)).sum(dim=1)
 
 
-def _blocks(k: int) -> list[slice]:
-    return [slice(k0, min(k, k0 + REDUCTION_PAIRS)) for k0 in range(0, k, REDUCTION_PAIRS)]
+def _blocks(k: int, r: int = 1) -> list[slice]:
+    """Rows of a (K·r, ·) operand that make up each block of pairs."""
+    return [slice(k0 * r, min(k, k0 + REDUCTION_PAIRS) * r) for k0 in range(0, k, REDUCTION_PAIRS)]
 
 
 def lowrank_sum_(out: Tensor, a: Tensor, b: Tensor, weights: Tensor, fixed: bool = True) -> Tensor:
-    """out (rows, cols) += Σ_k w_k A_k B_kᵀ = (A ⊙ w)ᵀ B, a (K, rows, r), b (K, cols, r)."""
+    """out (rows, cols) += Σ_k w_k A_k B_kᵀ = (A ⊙ w)ᵀ B, a (K, rows, r), b (K, cols, r).
+
+    The (K·r, ·) operands are built once (views of the factors when r == 1) and each
+    block is a slice of them, so the blocks cost GEMM calls, not copies.
+    """
     k, rows, r = a.shape
-    lefts, rights = [], []
-    for blk in _blocks(k):
-        n = (blk.stop - blk.start) * r
-        aw = a[blk] * weights[blk].to(a.dtype).view(-1, 1, 1)          # (k_b, rows, r)
-        lefts.append(aw.transpose(1, 2).reshape(n, rows).T)            # (rows, k_b·r)
-        rights.append(b[blk].transpose(1, 2).reshape(n, b.shape[1]))  # (k_b·r, cols)
-    return addmm_blocks_(out, lefts, rights, fixed)
+    left = (a * weights.to(a.dtype).view(k, 1, 1)).transpose(1, 2).reshape(k * r, rows)  # (K·r, rows)
+    right = b.transpose(1, 2).reshape(k * r, b.shape[1])                                   # (K·r, cols)
+    if not fixed:  # one GEMM at BLAS's own pace: bits follow the thread count and the chunking
+        return out.addmm_(left.T, right)
+    blocks = _blocks(k, r)
+    return addmm_blocks_(out, [left[blk].T for blk in blocks], [right[blk] for blk in blocks])
 
 
 def full_sum_(out: Tensor, noise: Tensor, weights: Tensor, fixed: bool = True) -> Tensor:
     """out (*shape) += Σ_k w_k ε_k for noise (K, *shape)."""
     k = noise.shape[0]
-    flat = noise.reshape(k, -1)
-    lefts = [weights[blk].to(noise.dtype).view(1, -1) for blk in _blocks(k)]  # (1, k_b)
-    rights = [flat[blk] for blk in _blocks(k)]                               # (k_b, numel)
-    addmm_blocks_(out.view(1, -1), lefts, rights, fixed)
+    flat, w = noise.reshape(k, -1), weights.to(noise.dtype)
+    if not fixed:
+        out.view(-1).addmv_(flat.T, w)
+        return out
+    with fixed_threads():  # one GEMV per block, on one thread, in order
+        for blk in _blocks(k):
+            out.view(-1).addmv_(flat[blk].T, w[blk])
     return out
 
 

@@ -132,7 +132,7 @@ class AbstractStrategy:
             raise ValueError(f"shaped fitness must be {pop.size} finite values (one per member), "
                              f"got shape {tuple(shaped.shape)}")
         return estimate(store, shaped, self.trainable, self.config.update_chunk, self.config.update == "sign",
-                        consume=consume)
+                        consume=consume, fixed=self.config.deterministic)
 
     def update(self, pop: Population, shaped: Tensor) -> dict[str, float]:
         """Apply the update of ``pop`` from shaped fitness (what every replica runs)."""
