@@ -2,7 +2,6 @@
 import re
 from pathlib import Path
 
-import pytest
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)

@@ -10,14 +10,7 @@ from hyperscalees.cli.main import build_parser, main
 from hyperscalees.engine import load_checkpoint, read_rows
 from hyperscalees.tasks import XorTask
 
-
-def invoke(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from cli_helpers import invoke
 
 
 def error_lines(err):

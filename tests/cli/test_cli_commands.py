@@ -7,18 +7,10 @@ import pytest
 import torch
 
 from hyperscalees.cli import main as main_mod
-from hyperscalees.cli.main import main
+
 from hyperscalees.engine.checkpoint import load_checkpoint_config
 
-
-def invoke(argv, capsys):
-    """(exit code, stdout, stderr) of ``hyperscalees *argv``, whether it returns or exits."""
-    try:
-        code = main(argv)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from cli_helpers import invoke
 
 
 @pytest.mark.parametrize("argv,bad", [

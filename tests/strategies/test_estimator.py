@@ -1,5 +1,4 @@
 """The ES estimate equals its brute-force definition and, in expectation, the true gradient."""
-import math
 
 import pytest
 import torch

@@ -9,7 +9,7 @@ from hyperscalees.strategies import REGISTRY, SHAPINGS, EggRollStrategy, ESConfi
 from hyperscalees.strategies.shaping import (centered_rank, check_fitness, episode_weighted_z_score,
                                              get_shaping, group_normalize, pair_sign, raw, sanitize, z_score)
 
-from es_helpers import make, sphere
+from es_helpers import make
 
 F = torch.tensor([3.0, -1.0, 2.5, 7.0, 0.0, 0.5, -4.0, 2.0])
 

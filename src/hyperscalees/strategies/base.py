@@ -15,7 +15,6 @@ Concrete strategies only choose which parameters get low-rank noise.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
