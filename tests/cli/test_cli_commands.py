@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from hyperscalees.cli import main as main_mod
-
 from hyperscalees.engine.checkpoint import load_checkpoint_config
 
 from cli_helpers import invoke
