@@ -43,10 +43,11 @@ def perturbation(model: nn.Module, store: NoiseStore, lo: int = 0, hi: int | Non
             by_module[mod][attr] = name
     perturbed = set(by_module)
     for mod in model.modules():  # a module whose own forward would bypass its perturbed children
-        if mod not in perturbed and any(sub in perturbed for sub in mod.modules()):
-            layer = registered_layer(mod, ())
-            if layer is not None and layer.routes_children(mod):
-                by_module[mod] = {}
+        if mod in perturbed:
+            continue
+        layer = registered_layer(mod, ())
+        if layer is not None and layer.routes_children(mod) and any(sub in perturbed for sub in mod.modules()):
+            by_module[mod] = {}
     patched = []
     fastpath = torch.backends.mha.get_fastpath_enabled()
     try:
