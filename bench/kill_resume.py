@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from hyperscalees.distributed import evaluate
 from hyperscalees.engine import build, load_checkpoint, make_config, read_rows, save_checkpoint
 from hyperscalees.engine.checkpoint import STEP_FILE, committed_files
 from hyperscalees.engine.files import TMP_PATTERN
@@ -118,7 +119,7 @@ def write_timing(model: str, work: Path) -> tuple[float, float]:
     with torch.no_grad():
         for _ in range(8):
             t0 = time.perf_counter()
-            es_.tell(es_.evaluate(lambda m, lo, hi: task.fitness(m, lo, hi, step=es_.step)))
+            es_.tell(evaluate(es_, lambda m, lo, hi: task.fitness(m, lo, hi, step=es_.step)))
             t1 = time.perf_counter()
             save_checkpoint(work / "timing", es_, cfg.to_dict())
             steps.append(t1 - t0)
