@@ -179,3 +179,10 @@ def test_deterministic_cost_quick_compares_both_update_modes():
     row = dict(zip(rep.columns, rep.rows[0]))
     assert row["width"] == 64 and row["det_ms"] > 0 and row["fast_ms"] > 0
     assert 0 < row["det_over_inference"] and 0 < row["fast_over_inference"]
+
+
+def test_kill_resume_measures_a_write_in_process(tmp_path):
+    """The kill bench's in-process part (one of its model runs, its write timing) still runs."""
+    import kill_resume
+    ms, share = kill_resume.write_timing("xor", tmp_path)
+    assert ms > 0 and 0 < share < 1
