@@ -21,6 +21,7 @@ source checkout (the saved output is ``bench/results/cpu/peers.txt``):
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -240,9 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/peers.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flags(parser)
+    parser.add_argument("--only-ours", action="store_true",
+                        help="measure our rows only (no peer venvs): our step against inference, before/after a change")
     args = parser.parse_args(argv)
     keep_freed_memory()  # as the hyperscalees CLI does for its own process
-    return measure(run, args)
+    return measure(functools.partial(run, peers=() if args.only_ours else tuple(PEERS)), args)
 
 
 if __name__ == "__main__":
