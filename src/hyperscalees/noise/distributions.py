@@ -51,10 +51,9 @@ def bits_into_noise_(bits: Tensor, out: Tensor, distribution: str) -> Tensor:
     if distribution in GAUSSIAN_LIKE:
         return finish_gaussian_(centred_uniform_from_bits_(bits, out), distribution)
     if distribution == "uniform":
-        bits >>= 9
-        bits &= 0x7FFFFF
-        # (top + 0.5)·2⁻²³·2√3 − √3, in the same float32 steps as to_unit_uniform
-        return out.copy_(bits).add_(0.5).mul_(2.0**-23).mul_(2 * math.sqrt(3.0)).sub_(math.sqrt(3.0))
+        # √3·(2u − 1): 2u − 1 is exact, so this is one IEEE rounding -- the same value on every
+        # device and in the fused GPU kernel (a two-step 2√3·u − √3 could meet a fused multiply-add)
+        return centred_uniform_from_bits_(bits, out).mul_(math.sqrt(3.0))
     if distribution == "rademacher":
         bits >>= 31
         bits &= 1

@@ -8,12 +8,14 @@ subset of elements (embedding rows) can be drawn without drawing the rest.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import Tensor
 
-from . import native
+from . import fused, native
 from .distributions import GAUSSIAN_LIKE, bits_into_noise_, finish_gaussian_
-from .keys import element_bits, epoch_key, name_key, pair_keys
+from .keys import element_bits, epoch_key, mix_int, name_key, pair_keys
 from .population import Population
 
 
@@ -21,23 +23,54 @@ def param_epoch_key(pop: Population, name: str) -> int:
     return epoch_key(name_key(pop.seed, name), pop.step, pop.noise_reuse)
 
 
-def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.float32,
+SAMPLERS = ("auto", "torch", "interpret")
+
+
+def sampler(device: torch.device) -> str:
+    """Which implementation draws on ``device``: the one place this is decided.
+
+    ``fused`` (one Triton launch; CUDA with Triton), ``native`` (the compiled C loop; CPU
+    with a compiler) or ``torch`` (eager ops, everywhere). ``HYPERSCALEES_NOISE_KERNEL``
+    overrides: ``torch`` forces the eager ops, ``interpret`` runs the fused kernel under
+    Triton's CPU interpreter (slow; how CI checks the GPU kernel without a GPU).
+    """
+    choice = os.environ.get("HYPERSCALEES_NOISE_KERNEL", "auto")
+    if choice not in SAMPLERS:
+        raise ValueError(f"HYPERSCALEES_NOISE_KERNEL must be one of {SAMPLERS}, got {choice!r}")
+    if choice == "interpret":
+        return "interpret"
+    if choice == "auto" and fused.available(device):
+        return "fused"
+    if choice == "auto" and device.type == "cpu" and native.available():
+        return "native"
+    return "torch"
+
+
+def draw(pop: Population, name: str, pairs: Tensor, index: Tensor | int, dtype=torch.float32,
          per_pair: bool = False) -> Tensor:
     """Noise at element ``index`` for every pair: pairs (K,), index (...) -> (K, ...).
 
     With ``per_pair`` the index is (K, ...) and picks different elements for each pair.
+    An int ``n`` stands for elements 0..n−1 (the fused kernel then reads no index at all).
     """
-    pk = pair_keys(param_epoch_key(pop, name), pairs.to(index.device))
+    device = pairs.device if isinstance(index, int) else index.device
+    how = sampler(device)
+    key = param_epoch_key(pop, name)
+    if how in ("fused", "interpret"):
+        return _draw_fused(pop, key, pairs.to(device), index, dtype, per_pair, interpret=how == "interpret")
+    if isinstance(index, int):
+        index = torch.arange(index, device=device, dtype=torch.int32)
+    pk = pair_keys(key, pairs.to(device))
     k = pk.shape[0]
     shape = (k, *index.shape[1:]) if per_pair else (k, *index.shape)
     per = max(1, index[0].numel() if per_pair else index.numel())
-    out = torch.empty(shape, dtype=torch.float32, device=index.device)
+    out = torch.empty(shape, dtype=torch.float32, device=device)
     flat = out.view(k, per)
     idx = (index.reshape(k, per) if per_pair else index.reshape(per)).to(torch.int32)
-    fused = pop.distribution in GAUSSIAN_LIKE and idx.device.type == "cpu" and native.available()
-    if fused and idx.stride(-1) != 1:
+    fused_c = how == "native" and pop.distribution in GAUSSIAN_LIKE
+    if fused_c and idx.stride(-1) != 1:
         idx = idx.contiguous()
-    if fused:  # one compiled pass for hash -> 2u − 1 (bit-identical to the torch ops), then erfinv
+    if fused_c:  # one compiled pass for hash -> 2u − 1 (bit-identical to the torch ops), then erfinv
         finish_gaussian_(native.centred_uniform_(pk, idx, flat, per_pair), pop.distribution)
         return _cast(out, pop.distribution, dtype)
     # Large draws go block by block into the output: the hash's temporaries stay in
@@ -51,6 +84,25 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor, dtype=torch.f
             sub = idx[r0:r1, c0:c1] if per_pair else idx[c0:c1]
             bits_into_noise_(element_bits(pk[r0:r1].view(-1, 1), sub), flat[r0:r1, c0:c1], pop.distribution)
     return _cast(out, pop.distribution, dtype)
+
+
+def _draw_fused(pop: Population, key: int, pairs: Tensor, index: Tensor | int, dtype, per_pair: bool,
+                interpret: bool) -> Tensor:
+    """:func:`draw` as one Triton launch, written straight in ``dtype`` (no cast pass)."""
+    k = pairs.shape[0]
+    device = pairs.device
+    if isinstance(index, int):
+        shape, idx = (k, index), None
+    else:
+        shape = (k, *index.shape[1:]) if per_pair else (k, *index.shape)
+        per = max(1, index[0].numel() if per_pair else index.numel())
+        idx = (index.reshape(k, per) if per_pair else index.reshape(per)).to(torch.int32).contiguous()
+    out_dtype = dtype if dtype.is_floating_point or (pop.distribution == "int" and dtype == torch.int8) \
+        else torch.float32
+    out = torch.empty(shape, dtype=out_dtype, device=device)
+    fused.draw_(fused.key_words(key, mix_int(key), device), pairs, idx, out.view(k, -1), pop.distribution,
+                interpret=interpret)
+    return out if out_dtype == dtype else out.to(dtype)
 
 
 def _cast(out: Tensor, distribution: str, dtype: torch.dtype) -> Tensor:
@@ -67,8 +119,7 @@ def full_noise(pop: Population, name: str, shape, pairs: Tensor, dtype=torch.flo
     numel = 1
     for d in shape:
         numel *= d
-    idx = torch.arange(numel, device=pairs.device, dtype=torch.int32)
-    return draw(pop, name, pairs, idx, dtype).view(pairs.numel(), *shape)
+    return draw(pop, name, pairs, numel, dtype).view(pairs.numel(), *shape)
 
 
 def lowrank_factors(pop: Population, name: str, rows: int, cols: int, pairs: Tensor, dtype=torch.float32):
@@ -90,8 +141,7 @@ def lowrank_rows(pop: Population, name: str, cols: int, pairs: Tensor, rows: Ten
 def lowrank_b(pop: Population, name: str, cols: int, pairs: Tensor, dtype=torch.float32) -> Tensor:
     """Only B (K, cols, r) of a draw: the embedding forward needs B and a few rows of A."""
     r = pop.rank
-    idx = torch.arange(cols * r, device=pairs.device, dtype=torch.int32)
-    return draw(pop, name, pairs, idx, dtype).view(-1, cols, r)
+    return draw(pop, name, pairs, cols * r, dtype).view(-1, cols, r)
 
 
 def full_rows(pop: Population, name: str, cols: int, pairs: Tensor, rows: Tensor, dtype=torch.float32) -> Tensor:
