@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from hyperscalees.strategies import REGISTRY, SHAPINGS, EggRollStrategy, ESConfig, ESMode, shaping
+from hyperscalees.strategies import REGISTRY, SHAPINGS, EggRollStrategy, ESConfig, ESMode, metrics, shaping
 from hyperscalees.strategies.shaping import (centered_rank, check_fitness, episode_weighted_z_score,
                                              get_shaping, group_normalize, pair_sign, raw, sanitize, z_score)
 
@@ -87,32 +87,46 @@ def small(**kw):
 
 
 def test_nonfinite_fitness_never_reaches_the_weights(monkeypatch):
-    monkeypatch.setattr(shaping, "_warned_nonfinite", False)
+    monkeypatch.setattr(metrics, "_warned_nonfinite", False)
     p, s = small()
     f = torch.linspace(-1, 1, 16)
     bad = f.clone()
     bad[[1, 4, 9]] = torch.tensor([float("nan"), float("inf"), float("-inf")])
-    with pytest.warns(RuntimeWarning, match="3 non-finite"):
-        est = s.gradient_estimate(bad)
+    est = s.gradient_estimate(bad)
     replaced = torch.where(torch.isfinite(bad), bad, f[torch.isfinite(bad)].min())  # treated as the worst
     want = s.gradient_estimate(replaced)
     assert all(torch.equal(est[n], want[n]) for n in est)
+    m = s.tell(bad)
+    with pytest.warns(RuntimeWarning, match="3 non-finite"):  # said when the count is read
+        assert m["nonfinite"] == 3
     with warnings.catch_warnings():
         warnings.simplefilter("error")                    # warned once: no second warning
-        m = s.tell(bad)
-    assert m["nonfinite"] == 3
+        assert s.tell(bad)["nonfinite"] == 3
     assert all(bool(torch.isfinite(t).all()) for t in p.values())
     assert np.isfinite(m["fitness_mean"]) and m["fitness_max"] == float(f[torch.isfinite(bad)].max())
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
 def test_all_nan_fitness_changes_nothing(monkeypatch, opt):
-    monkeypatch.setattr(shaping, "_warned_nonfinite", True)
+    monkeypatch.setattr(metrics, "_warned_nonfinite", True)
     p, s = small(optimizer=opt)
     before = {n: t.clone() for n, t in p.items()}
     m = s.tell(torch.full((16,), float("nan")))
-    assert m["nonfinite"] == 16 and np.isnan(m["fitness_mean"])
+    assert m["nonfinite"] == 16 and np.isnan(m["fitness_mean"]) and np.isnan(m["fitness_max"])
     assert all(torch.equal(p[n], before[n]) for n in p)
+
+
+def test_nonfinite_shaped_values_move_nothing():
+    """A custom shaping that returns NaN for a member: that member's noise gets weight zero."""
+    p, s = small()
+    shaped = torch.linspace(-1, 1, 16)
+    broken = shaped.clone()
+    broken[[2, 3]] = float("nan")
+    zeroed = shaped.clone()
+    zeroed[[2, 3]] = 0.0
+    pop = s.ask()
+    got, want = s.estimate(pop, broken), s.estimate(pop, zeroed)
+    assert all(torch.equal(got[n], want[n]) for n in got)
 
 
 def test_sanitize_counts():

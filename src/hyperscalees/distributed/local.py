@@ -34,8 +34,8 @@ def evaluate(es, fitness_fn: FitnessFn, chunk: int | None = None) -> Tensor:
         if f.dim() == 0 or f.shape[0] != hi - lo or f.dim() > 2 or (out and f.shape[1:] != out[0].shape[1:]):
             raise ValueError(f"fitness_fn returned shape {tuple(f.shape)} for members [{lo}, {hi}); expected "
                              f"({hi - lo},) or ({hi - lo}, G) with the same G for every chunk")
-        out.append(f.float().cpu())
-    return torch.cat(out)
+        out.append(f.float() if not out else f.float().to(out[0].device))
+    return torch.cat(out)  # left on the device: a copy to the host would wait for the whole queue
 
 
 class LocalBackend(AbstractBackend):

@@ -78,7 +78,7 @@ def run(cfg: TrainConfig, backend) -> dict:
             while es.step < eng.steps and not stop.requested:
                 ts = time.perf_counter()
                 fitness = backend.evaluate(es, partial(task.fitness, step=es.step), eng.chunk)
-                stats = {**backend.update(es, es.shape(fitness)), **fitness_stats(fitness)}
+                stats = dict(backend.update(es, es.shape(fitness)) | fitness_stats(fitness))  # read: one sync
                 _check_finite(model, es.step, out)
                 step_time = time.perf_counter() - ts
                 out_of_time = eng.time_budget is not None and \

@@ -18,6 +18,7 @@ from ..noise.store import NoiseStore
 from ..strategies.base import AbstractStrategy
 from ..strategies.config import ESConfig
 from ..strategies.eggroll import EggRollStrategy
+from ..strategies.metrics import StepMetrics
 from ..strategies.open_es import OpenESStrategy
 from .es_map import derive_specs, owned_parameters
 from .perturb import perturbation
@@ -84,12 +85,15 @@ class AbstractModuleES:
         """Raw fitness (population,) or (population, G) -> shaped (population,), for :meth:`update`."""
         return self.strategy.shape(self.ask(), fitness, weights)
 
-    def update(self, shaped) -> dict[str, float]:
+    def update(self, shaped) -> StepMetrics:
         """Move the model by shaped fitness (what every replica of a distributed run applies)."""
         return self.strategy.update(self.ask(), shaped)
 
-    def tell(self, fitness, weights=None) -> dict[str, float]:
-        """Shape ``fitness`` (population,) or (population, G), higher is better, and update the model."""
+    def tell(self, fitness, weights=None) -> StepMetrics:
+        """Shape ``fitness`` (population,) or (population, G), higher is better, and update the model.
+
+        The metrics are device scalars until read (strategies/metrics.py): a step that nobody
+        inspects never makes the host wait for the device."""
         return self.strategy.tell(fitness, weights=weights)
 
     def gradient_estimate(self, fitness, weights=None) -> dict[str, Tensor]:

@@ -28,6 +28,7 @@ from .config import ESConfig
 from .estimate import estimate
 from .groups import resolve_groups
 from .rules import RULES, OptimizerRule
+from .metrics import StepMetrics
 from .shaping import check_fitness, fitness_stats, get_shaping, shape_fitness
 
 Schedule = Callable[[int], float]
@@ -127,36 +128,39 @@ class AbstractStrategy:
         store = self.store(pop)
         self._check_applied(store)
         shaped = torch.as_tensor(shaped, dtype=torch.float32).reshape(-1)
-        if shaped.numel() != pop.size or not bool(torch.isfinite(shaped).all()):
-            raise ValueError(f"shaped fitness must be {pop.size} finite values (one per member), "
+        if shaped.numel() != pop.size:
+            raise ValueError(f"shaped fitness must be {pop.size} values (one per member), "
                              f"got shape {tuple(shaped.shape)}")
+        # A non-finite shaped value (a custom shaping's bug) moves nothing: zeroed on the device,
+        # since raising would need the host to read it (a synchronisation every step).
+        shaped = torch.where(torch.isfinite(shaped), shaped, torch.zeros_like(shaped))
         return estimate(store, shaped, self.trainable, self.config.update_chunk, self.config.update == "sign",
                         consume=consume, fixed=self.config.deterministic)
 
-    def update(self, pop: Population, shaped: Tensor) -> dict[str, float]:
+    def update(self, pop: Population, shaped: Tensor) -> StepMetrics:
         """Apply the update of ``pop`` from shaped fitness (what every replica runs)."""
         self._check_pop(pop)
         grads = self.estimate(pop, shaped, consume=True)
         self._store = None
-        grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])))
+        grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads.values()]))
         factor = self.lr_factor(self.step)
         self.rule.apply(grads, factor)
         self.step += 1
-        return {"step": self.step, "grad_norm": grad_norm, "sigma": pop.sigma,
-                "lr": self.rule.lrs(self.lr_factor(self.step))[0]}
+        return StepMetrics({"step": self.step, "grad_norm": grad_norm, "sigma": pop.sigma,
+                            "lr": self.rule.lrs(self.lr_factor(self.step))[0]})
 
     def gradient_estimate(self, fitness, pop: Population | None = None, weights=None) -> dict[str, Tensor]:
         """Raw ES estimate ĝ = (1/(Nσ)) Σ f_i ε_i of ∇ E[fitness], per parameter name; no update."""
         pop = pop or self.ask()
         return self.estimate(pop, self.shape(pop, fitness, weights))
 
-    def tell(self, fitness, pop: Population | None = None, weights=None) -> dict[str, float]:
+    def tell(self, fitness, pop: Population | None = None, weights=None) -> StepMetrics:
         """Shape ``fitness`` (P,) or (P, G) and update: ``update(pop, shape(pop, fitness))``."""
         pop = pop or self.ask()
         self._check_pop(pop)
         raw = check_fitness(fitness, pop.size)
         metrics = self.update(pop, self.shape(pop, raw, weights))
-        return {**metrics, **fitness_stats(raw)}
+        return metrics | fitness_stats(raw)
 
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:

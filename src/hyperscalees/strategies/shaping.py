@@ -17,7 +17,6 @@ Sums go through :func:`fixed_sum` (fixed blocks): a plain ``torch.sum`` over mor
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Callable
 
 import torch
@@ -68,13 +67,17 @@ def centered_rank(f: Tensor) -> Tensor:
 
     Breaking ties by index would give the two members of an equal-scoring pair different
     weights, i.e. a spurious update along their noise; with mean ranks it is exactly zero.
+    A value's tied run in the sorted scores spans [searchsorted left, searchsorted right):
+    its mean rank needs no ``unique`` (whose data-dependent size makes the host wait).
     """
     n = f.numel()
     if n < 2:
         return torch.zeros_like(f)
-    _, inverse, counts = torch.unique(f, sorted=True, return_inverse=True, return_counts=True)
-    first = torch.cumsum(counts, 0) - counts  # rank of each distinct value's first occurrence
-    ranks = (first.to(f.dtype) + (counts.to(f.dtype) - 1) / 2)[inverse]
+    f = f.contiguous()
+    ordered = torch.sort(f).values
+    first = torch.searchsorted(ordered, f, right=False)
+    end = torch.searchsorted(ordered, f, right=True)
+    ranks = (first + end - 1).to(f.dtype) / 2
     return ranks / (n - 1) - 0.5
 
 
@@ -102,15 +105,15 @@ def episode_weighted_z_score(f: Tensor, num_episodes: Tensor, eps: float = 1e-5)
     """z-score whose mean and variance weight each member by its episode count.
 
     A member averaged over more episodes is a more reliable estimate; one with zero
-    episodes carries no information and gets weight 0.
+    episodes carries no information and gets weight 0; all-zero weights give all zeros.
+    Validating the weights reads them on the host: passing weights costs that one wait.
     """
     w = torch.as_tensor(num_episodes, device=f.device).to(f.dtype)
-    if (w < 0).any() or not bool(torch.isfinite(w).all()):
+    if bool((w < 0).any()) or not bool(torch.isfinite(w).all()):
         raise ValueError("per-member weights (num_episodes_list) must be finite and non-negative")
-    if fixed_sum(w) <= 0:
-        return torch.zeros_like(f)
-    mean, var = _mean_var(f, w)
-    return torch.where(w > 0, (f - mean) / torch.sqrt(var + eps), torch.zeros_like(f))
+    total = fixed_sum(w)
+    mean, var = _mean_var(f, torch.where(total > 0, w, torch.ones_like(w)))
+    return torch.where((w > 0) & (total > 0), (f - mean) / torch.sqrt(var + eps), torch.zeros_like(f))
 
 
 SHAPINGS: dict[str, Shaping] = {
@@ -140,27 +143,18 @@ def get_shaping(shaping: str | Shaping) -> Shaping:
     return SHAPINGS[shaping]
 
 
-_warned_nonfinite = False
+def sanitize(fitness: Tensor) -> tuple[Tensor, Tensor]:
+    """Replace NaN/inf by the worst finite score (of its column, for (P, G)); also return how many.
 
-
-def sanitize(fitness: Tensor) -> tuple[Tensor, int]:
-    """Replace NaN/inf by the worst finite score (of its column, for (P, G)); return the count replaced.
-
-    +inf is treated as broken too: an overflowed score is not a good one. Warns once per
-    process. A column with nothing finite becomes all zeros (it then moves nothing).
+    +inf is treated as broken too: an overflowed score is not a good one. A column with
+    nothing finite becomes all zeros (it then moves nothing). The count is a device
+    scalar: branching on it would make the host wait for the device every step; it is
+    reported (and warned about) when metrics['nonfinite'] is read (strategies/metrics.py).
     """
-    global _warned_nonfinite
     bad = ~torch.isfinite(fitness)
-    n_bad = int(bad.sum())
-    if not n_bad:
-        return fitness, 0
-    if not _warned_nonfinite:
-        warnings.warn(f"{n_bad} non-finite fitness value(s) treated as the worst score "
-                      "(counted in metrics['nonfinite']); further warnings suppressed", RuntimeWarning)
-        _warned_nonfinite = True
     worst = torch.where(bad, torch.inf, fitness).min(dim=0).values  # per column, or a scalar for (P,)
     worst = torch.where(torch.isfinite(worst), worst, torch.zeros_like(worst))
-    return torch.where(bad, worst, fitness), n_bad
+    return torch.where(bad, worst, fitness), bad.sum()
 
 
 def check_fitness(fitness, population: int) -> Tensor:
@@ -195,7 +189,7 @@ def check_group_fitness(mode: str) -> str:
 
 
 def shape_fitness(fitness, population: int, shaping: Shaping, group_fitness: str = "mean",
-                  weights=None, baseline_every: int = 0) -> tuple[Tensor, int]:
+                  weights=None, baseline_every: int = 0) -> tuple[Tensor, Tensor]:
     """Raw scores (P,) or (P, G) -> shaped (P,), and the number of non-finite scores replaced.
 
     Order: sanitize; reduce or shape the G columns (see the module docstring); subtract
@@ -220,11 +214,16 @@ def shape_fitness(fitness, population: int, shaping: Shaping, group_fitness: str
     return torch.stack([one(f[:, j]) for j in range(f.shape[1])], dim=1).mean(dim=1), n_bad
 
 
-def fitness_stats(fitness: Tensor) -> dict[str, float]:
-    """Mean and max of the finite raw scores (per member, averaged over G), and the non-finite count."""
+def fitness_stats(fitness: Tensor) -> dict[str, Tensor]:
+    """Mean and max of the finite raw scores (per member, averaged over G), and the non-finite count.
+
+    Device scalars, computed without data-dependent shapes (no boolean indexing): NaN when
+    no score is finite. Read them through :class:`~hyperscalees.strategies.metrics.StepMetrics`.
+    """
     f = fitness if fitness.dim() == 1 else fitness.mean(dim=1)
-    finite = f[torch.isfinite(f)]
-    nan = float("nan")
-    return {"fitness_mean": float(finite.mean()) if finite.numel() else nan,
-            "fitness_max": float(finite.max()) if finite.numel() else nan,
-            "nonfinite": int((~torch.isfinite(fitness)).sum())}
+    finite = torch.isfinite(f)
+    count = finite.sum()
+    mean = torch.where(finite, f, torch.zeros_like(f)).sum() / count  # 0/0 = NaN when nothing is finite
+    top = torch.where(finite, f, torch.full_like(f, -torch.inf)).max()
+    return {"fitness_mean": mean, "fitness_max": torch.where(count > 0, top, torch.full_like(top, torch.nan)),
+            "nonfinite": (~torch.isfinite(fitness)).sum()}
