@@ -15,6 +15,7 @@ from ..distributed import LocalBackend
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..models import ACTIVATIONS
 from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
+from ..ops.precision import PRECISIONS
 from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
@@ -23,7 +24,8 @@ from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, j
 
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
 ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
-              "update": UPDATES, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES)}
+              "update": UPDATES, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES),
+              "update_precision": PRECISIONS}
 HELP = {
     # evolution strategy
     "population": "members per step (even: antithetic pairs)",
@@ -56,6 +58,8 @@ HELP = {
     "fallback_mib": "MiB of per-member parameter copies the generic vmap layer may make per forward",
     "deterministic": "let the update's GEMMs use every CPU thread: faster at T=1 on many cores, but its last "
                      "bits then depend on the thread count (by default they do not)",
+    "update_precision": "operands of the update GEMM, accumulated in fp32: auto = the weights' bf16/fp16 or "
+                        "TF32 on CUDA, fp32 on CPU",
     "overwrite": "replace a run already saved in --out (without it, that is refused)",
     # task options (shared names mean the same thing in every task)
     "hidden": "width of the hidden layer(s)", "activation": "nonlinearity between layers",

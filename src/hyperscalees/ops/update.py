@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .fixed_order import addmm_blocks_, fixed_threads
+from .precision import addmm_fp32_, round_operands
 
 REDUCTION_PAIRS = 256  # pairs per GEMM of the update; callers chunk at multiples of it
 
@@ -28,17 +29,21 @@ def _blocks(k: int, r: int = 1) -> list[slice]:
     return [slice(k0 * r, min(k, k0 + REDUCTION_PAIRS) * r) for k0 in range(0, k, REDUCTION_PAIRS)]
 
 
-def lowrank_sum_(out: Tensor, a: Tensor, b: Tensor, weights: Tensor, fixed: bool = True) -> Tensor:
+def lowrank_sum_(out: Tensor, a: Tensor, b: Tensor, weights: Tensor, fixed: bool = True,
+                 precision: str = "fp32") -> Tensor:
     """out (rows, cols) += Σ_k w_k A_k B_kᵀ = (A ⊙ w)ᵀ B, a (K, rows, r), b (K, cols, r).
 
     The (K·r, ·) operands are built once (views of the factors when r == 1) and each
-    block is a slice of them, so the blocks cost GEMM calls, not copies.
+    block is a slice of them, so the blocks cost GEMM calls, not copies. ``precision``
+    (ops.precision) rounds the operands -- after the fitness weights are applied -- and
+    accumulates in fp32. On CUDA the GEMM is one call (the fixed tiles are a CPU remedy).
     """
     k, rows, r = a.shape
     left = (a * weights.to(a.dtype).view(k, 1, 1)).transpose(1, 2).reshape(k * r, rows)  # (K·r, rows)
     right = b.transpose(1, 2).reshape(k * r, b.shape[1])                                   # (K·r, cols)
-    if not fixed:  # one GEMM at BLAS's own pace: bits follow the thread count and the chunking
-        return out.addmm_(left.T, right)
+    if not fixed or out.device.type == "cuda":  # one GEMM at the library's own pace
+        return addmm_fp32_(out, left.T, right, precision)
+    left, right = round_operands(left, right, precision)
     blocks = _blocks(k, r)
     return addmm_blocks_(out, [left[blk].T for blk in blocks], [right[blk] for blk in blocks])
 

@@ -28,6 +28,7 @@ from .config import ESConfig
 from .estimate import estimate
 from .groups import resolve_groups
 from .rules import RULES, OptimizerRule
+from ..ops.precision import resolve_precision
 from .metrics import StepMetrics
 from .shaping import check_fitness, fitness_stats, get_shaping, shape_fitness
 
@@ -64,6 +65,8 @@ class AbstractStrategy:
         else:
             self.rule = RULES[config.update_rule](trainable, self.groups, config)
         self._store: NoiseStore | None = None
+        self._precisions = {n: resolve_precision(config.update_precision, params[n].dtype, params[n].device)
+                            for n in self.trainable}
 
     # -- which parameters get which noise ------------------------------------------------
     def is_lowrank(self, spec: ParamSpec) -> bool:
@@ -135,7 +138,7 @@ class AbstractStrategy:
         # since raising would need the host to read it (a synchronisation every step).
         shaped = torch.where(torch.isfinite(shaped), shaped, torch.zeros_like(shaped))
         return estimate(store, shaped, self.trainable, self.config.update_chunk, self.config.update == "sign",
-                        consume=consume, fixed=self.config.deterministic)
+                        consume=consume, fixed=self.config.deterministic, precision=self._precisions)
 
     def update(self, pop: Population, shaped: Tensor) -> StepMetrics:
         """Apply the update of ``pop`` from shaped fitness (what every replica runs)."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..noise.distributions import check_distribution
 from ..noise.population import validate_population_args
+from ..ops.precision import check_precision
 from .shaping import check_group_fitness
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")  # "custom": a torch.optim class/factory was passed
@@ -36,6 +37,7 @@ class ESConfig:
     update_rule: str = "optimizer" # how estimates move the weights (strategies.rules.RULES)
     fallback_mib: float = 64.0     # per-member parameter copies the generic (vmap) layer may make per forward
     deterministic: bool = True     # update bits independent of the CPU thread count (its GEMMs on one thread)
+    update_precision: str = "auto" # operands of the update GEMM (ops.precision): auto|fp32|tf32|bf16|fp16
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
@@ -59,6 +61,7 @@ class ESConfig:
         if self.update_chunk < 1:
             raise ValueError(f"update_chunk must be >= 1, got {self.update_chunk!r}")
         check_group_fitness(self.group_fitness)
+        check_precision(self.update_precision)
         if self.update_rule not in UPDATE_RULES:
             raise ValueError(f"unknown update_rule {self.update_rule!r}; choose one of {UPDATE_RULES}")
         if not self.fallback_mib >= 0:

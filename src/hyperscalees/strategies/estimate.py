@@ -28,19 +28,23 @@ def chunk_pairs(update_chunk: int) -> int:
 
 
 def estimate(store: NoiseStore, shaped: Tensor, names: list[str], update_chunk: int,
-             sign_update: bool = False, consume: bool = False, fixed: bool = True) -> dict[str, Tensor]:
+             sign_update: bool = False, consume: bool = False, fixed: bool = True,
+             precision: dict[str, str] | None = None) -> dict[str, Tensor]:
     """ĝ (float32, the parameter's shape) for each of ``names``.
 
     With ``consume`` each whole-step draw is taken out of the store as it is used, so the
-    store shrinks while the estimates grow and the two never peak together.
+    store shrinks while the estimates grow and the two never peak together. ``precision``
+    maps a name to its update-GEMM precision (ops.precision; default fp32).
     """
+    precision = precision or {}
     cpu = any(store.devices[n].type == "cpu" for n in names)
     with fixed_threads() if fixed and cpu else contextlib.nullcontext():  # see ops.fixed_order
-        return {n: estimate_one(store, n, shaped, update_chunk, sign_update, consume, fixed) for n in names}
+        return {n: estimate_one(store, n, shaped, update_chunk, sign_update, consume, fixed,
+                                precision.get(n, "fp32")) for n in names}
 
 
 def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int, sign_update: bool = False,
-                 consume: bool = False, fixed: bool = True) -> Tensor:
+                 consume: bool = False, fixed: bool = True, precision: str = "fp32") -> Tensor:
     pop, dev, lowrank = store.pop, store.devices[name], store.is_lowrank(name)
     # ĝ = Σ f_i ε_i / (Nσ) with ε_i = s·(scale/σ)·(A Bᵀ or ε): the store's scales, no √r here
     coef = store.scale(name) / (pop.size * store.sigma(name) ** 2)
@@ -58,7 +62,7 @@ def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int
         w = pair_weights(f[2 * k0:2 * k1], noise.signs) * coef
         if lowrank:
             a, b = (noise.a.sign(), noise.b.sign()) if sign_update else (noise.a, noise.b)
-            lowrank_sum_(total, a, b, w, fixed)
+            lowrank_sum_(total, a, b, w, fixed, precision)
         else:
             full_sum_(total, noise.eps, w, fixed)
         del noise
