@@ -61,14 +61,14 @@ def test_kernel_rejects_wrong_inputs():
 
 def test_disabled_by_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("HYPERSCALEES_NATIVE", "0")
-    native.kernel.cache_clear()
+    native.library.cache_clear()
     try:
         assert not native.available()
         with pytest.raises(RuntimeError, match="HYPERSCALEES_NATIVE"):
             native.centred_uniform_(keys(1), torch.arange(3, dtype=torch.int32), torch.empty(1, 3), per_pair=False)
     finally:
         monkeypatch.delenv("HYPERSCALEES_NATIVE")
-        native.kernel.cache_clear()
+        native.library.cache_clear()
 
 
 @needs_kernel
@@ -109,5 +109,27 @@ def test_a_forked_child_can_still_draw():
         os.close(read)
         assert got, "the forked child hung drawing noise"
         assert float(got) == float(parent.numpy().astype("float64").sum())
+    finally:
+        torch.set_num_threads(old)
+
+
+@needs_kernel
+def test_compiled_pair_keys_equal_the_torch_ops():
+    from hyperscalees.noise.keys import mix_int, pair_keys
+    pairs = torch.cat([torch.arange(300), torch.tensor([2**31 - 1, 2**31, 2**32 + 5, 10**12])])
+    for key in (0, 1, 0x9E3779B9, 0xFFFFFFFF):
+        assert torch.equal(native.pair_keys(key, mix_int(key), pairs), pair_keys(key, pairs))
+
+
+@needs_kernel
+@pytest.mark.parametrize("k,n", [(1, 300_000), (5, 300_000), (40, 50)])  # column split, row split, one thread
+def test_whole_draws_without_an_index_equal_the_torch_path(monkeypatch, k, n):
+    pop = Population(step=1, seed=2, size=2 * k, sigma=0.1)
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        fast = sampling.full_noise(pop, "w", (n,), pop.pairs())
+        monkeypatch.setattr(native, "available", lambda: False)
+        assert torch.equal(fast, sampling.full_noise(pop, "w", (n,), pop.pairs()))
     finally:
         torch.set_num_threads(old)

@@ -10,6 +10,10 @@
  * float32, so the values are bit-identical to the torch path; torch.erfinv then turns
  * them into Gaussians. One pass over memory instead of ~17.
  *
+ * A NULL index means element j itself (a whole draw: no index array is built).
+ * hs_pair_keys computes the per-pair keys of keys.py (pair_keys) in the same pass
+ * structure, replacing two dozen small torch ops per parameter.
+ *
  * Built by hyperscalees/noise/native.py with the machine's C compiler and loaded with
  * ctypes; the caller releases the GIL and splits rows across threads.
  */
@@ -28,12 +32,27 @@ void hs_centred_uniform(const int32_t *pkeys, int64_t k0, int64_t k1, const int3
                         int64_t index_row_stride, int64_t n, float *out, int64_t out_row_stride) {
     for (int64_t k = k0; k < k1; ++k) {
         const uint32_t key = (uint32_t)pkeys[k];
-        const int32_t *ix = index + k * index_row_stride;
         float *o = out + k * out_row_stride;
+        if (index == 0) {
+            for (int64_t j = 0; j < n; ++j) {
+                const uint32_t h = lowbias32(key + (uint32_t)j * 0x85EBCA6Bu);
+                o[j] = (float)(h >> 9) * 0x1p-22f + (0x1p-23f - 1.0f);
+            }
+            continue;
+        }
+        const int32_t *ix = index + k * index_row_stride;
         for (int64_t j = 0; j < n; ++j) {
             const uint32_t h = lowbias32(key + (uint32_t)ix[j] * 0x85EBCA6Bu);
             /* 2u - 1 = top * 2^-22 + (2^-23 - 1): both steps exact for a 23-bit top */
             o[j] = (float)(h >> 9) * 0x1p-22f + (0x1p-23f - 1.0f);
         }
+    }
+}
+
+/* out[k] = lowbias32(lowbias32(pair_k * GOLDEN ^ key) + mixed_key): keys.pair_keys. */
+void hs_pair_keys(const int64_t *pairs, int64_t k, uint32_t key, uint32_t mixed_key, int32_t *out) {
+    for (int64_t i = 0; i < k; ++i) {
+        const uint32_t p = (uint32_t)pairs[i];
+        out[i] = (int32_t)lowbias32(lowbias32((p * 0x9E3779B9u) ^ key) + mixed_key);
     }
 }

@@ -66,8 +66,9 @@ def _build(cc: str) -> Path | None:
 
 
 @functools.lru_cache(maxsize=1)
-def kernel():
-    """The loaded ``hs_centred_uniform`` function, or None (disabled, no compiler, build failed)."""
+def library():
+    """The loaded library (``hs_centred_uniform``, ``hs_pair_keys``), or None (disabled, no
+    compiler, build failed)."""
     if os.environ.get("HYPERSCALEES_NATIVE", "1") == "0":
         return None
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -77,13 +78,33 @@ def kernel():
         path = _build(cc)
         if path is None:
             return None
-        fn = ctypes.CDLL(str(path)).hs_centred_uniform
-    except (OSError, subprocess.SubprocessError):
+        lib = ctypes.CDLL(str(path))
+        fn, keys = lib.hs_centred_uniform, lib.hs_pair_keys
+    except (OSError, subprocess.SubprocessError, AttributeError):
         return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    i64, u32, ptr = ctypes.c_int64, ctypes.c_uint32, ctypes.c_void_p
     fn.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, i64]
     fn.restype = None
-    return fn
+    keys.argtypes = [ptr, i64, u32, u32, ptr]
+    keys.restype = None
+    return lib
+
+
+def kernel():
+    """The loaded ``hs_centred_uniform`` function, or None."""
+    lib = library()
+    return None if lib is None else lib.hs_centred_uniform
+
+
+def pair_keys(key: int, mixed_key: int, pairs: Tensor) -> Tensor:
+    """keys.pair_keys(key, pairs) in one compiled call: (K,) int64 pairs -> (K,) int32 keys."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError("the native noise kernel is not available (no C compiler, or HYPERSCALEES_NATIVE=0)")
+    p = pairs.to(torch.int64).contiguous()
+    out = torch.empty(p.shape, dtype=torch.int32)
+    lib.hs_pair_keys(p.data_ptr(), p.numel(), key & 0xFFFFFFFF, mixed_key & 0xFFFFFFFF, out.data_ptr())
+    return out
 
 
 def available() -> bool:
@@ -109,25 +130,32 @@ def _workers(n: int) -> ThreadPoolExecutor:
 def centred_uniform_(pkeys: Tensor, index: Tensor, out: Tensor, per_pair: bool) -> Tensor:
     """out[k, j] = 2u − 1 of element ``index[(k,) j]`` of pair ``k``; CPU tensors.
 
-    pkeys (K,) int32; index (n,) int32, or (K, n) with ``per_pair``; out (K, n) float32.
-    Rows (or, for few rows, columns) are split across torch's intra-op thread count.
+    pkeys (K,) int32; index (n,) int32, or (K, n) with ``per_pair``, or None for 0..n−1;
+    out (K, n) float32. Rows (or, for few rows, columns) are split across torch's intra-op
+    thread count.
     """
     fn = kernel()
     if fn is None:
         raise RuntimeError("the native noise kernel is not available (no C compiler, or HYPERSCALEES_NATIVE=0)")
     k, n = out.shape
-    if not (pkeys.dtype == index.dtype == torch.int32 and out.dtype == torch.float32):
+    whole = index is None
+    if not (pkeys.dtype == torch.int32 and (whole or index.dtype == torch.int32) and out.dtype == torch.float32):
         raise TypeError("centred_uniform_ wants int32 keys and index and a float32 output")
-    if pkeys.stride(0) != 1 or index.stride(-1) != 1 or out.stride(1) != 1 or pkeys.device.type != "cpu":
+    if pkeys.stride(0) != 1 or (not whole and index.stride(-1) != 1) or out.stride(1) != 1 \
+            or pkeys.device.type != "cpu":
         raise ValueError("centred_uniform_ wants CPU tensors with unit-stride rows")
     irs = index.stride(0) if per_pair else 0
     ors = out.stride(0)
-    kp, ip, op = pkeys.data_ptr(), index.data_ptr(), out.data_ptr()
-
-    def run(k0, k1, j0, j1):
-        fn(kp, k0, k1, ip + 4 * j0, irs, j1 - j0, op + 4 * j0, ors)
+    kp, op = pkeys.data_ptr(), out.data_ptr()
+    ip = 0 if whole else index.data_ptr()
 
     threads = max(1, torch.get_num_threads())
+    if whole and k < threads and k * n >= MIN_PARALLEL:  # split by columns below: they need indices
+        return centred_uniform_(pkeys, torch.arange(n, dtype=torch.int32), out, per_pair=False)
+
+    def run(k0, k1, j0, j1):
+        fn(kp, k0, k1, None if whole else ip + 4 * j0, irs, j1 - j0, op + 4 * j0, ors)
+
     if threads == 1 or k * n < MIN_PARALLEL:
         run(0, k, 0, n)
         return out

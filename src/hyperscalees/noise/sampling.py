@@ -58,6 +58,8 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor | int, dtype=t
     key = param_epoch_key(pop, name)
     if how in ("fused", "interpret"):
         return _draw_fused(pop, key, pairs.to(device), index, dtype, per_pair, interpret=how == "interpret")
+    if how == "native" and pop.distribution in GAUSSIAN_LIKE:
+        return _draw_native(key, pairs, index, dtype, per_pair, pop.distribution)
     if isinstance(index, int):
         index = torch.arange(index, device=device, dtype=torch.int32)
     pk = pair_keys(key, pairs.to(device))
@@ -67,12 +69,6 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor | int, dtype=t
     out = torch.empty(shape, dtype=torch.float32, device=device)
     flat = out.view(k, per)
     idx = (index.reshape(k, per) if per_pair else index.reshape(per)).to(torch.int32)
-    fused_c = how == "native" and pop.distribution in GAUSSIAN_LIKE
-    if fused_c and idx.stride(-1) != 1:
-        idx = idx.contiguous()
-    if fused_c:  # one compiled pass for hash -> 2u − 1 (bit-identical to the torch ops), then erfinv
-        finish_gaussian_(native.centred_uniform_(pk, idx, flat, per_pair), pop.distribution)
-        return _cast(out, pop.distribution, dtype)
     # Large draws go block by block into the output: the hash's temporaries stay in
     # cache and are reused, instead of a dozen fresh (K, n) tensors (page faults).
     rows = max(1, BLOCK // per)
@@ -84,6 +80,22 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor | int, dtype=t
             sub = idx[r0:r1, c0:c1] if per_pair else idx[c0:c1]
             bits_into_noise_(element_bits(pk[r0:r1].view(-1, 1), sub), flat[r0:r1, c0:c1], pop.distribution)
     return _cast(out, pop.distribution, dtype)
+
+
+def _draw_native(key: int, pairs: Tensor, index: Tensor | int, dtype, per_pair: bool, distribution: str) -> Tensor:
+    """:func:`draw` on a CPU with the compiled loop: pair keys and hash -> 2u − 1 in two calls
+    (bit-identical to the torch ops), then erfinv."""
+    pk = native.pair_keys(key, mix_int(key), pairs)
+    k = pk.shape[0]
+    if isinstance(index, int):
+        shape, idx = (k, index), None
+    else:
+        shape = (k, *index.shape[1:]) if per_pair else (k, *index.shape)
+        per = max(1, index[0].numel() if per_pair else index.numel())
+        idx = (index.reshape(k, per) if per_pair else index.reshape(per)).to(torch.int32).contiguous()
+    out = torch.empty(shape, dtype=torch.float32)
+    finish_gaussian_(native.centred_uniform_(pk, idx, out.view(k, -1), per_pair), distribution)
+    return _cast(out, distribution, dtype)
 
 
 def _draw_fused(pop: Population, key: int, pairs: Tensor, index: Tensor | int, dtype, per_pair: bool,
