@@ -18,7 +18,7 @@ ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 
              "update": ("sign", "sign"), "baseline_every": ("2", 2), "update_chunk": ("8", 8),
              "noise_cache_mib": ("16.5", 16.5), "group_fitness": ("per_group", "per_group"),
              "update_rule": ("optimizer", "optimizer"), "fallback_mib": ("32.5", 32.5),
-             "deterministic": (None, False)}
+             "deterministic": (None, False), "update_precision": ("bf16", "bf16")}
 ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
                  "checkpoint_every": ("2", 2), "out": ("runs/x", "runs/x"), "resume": ("runs/y", "runs/y"),
                  "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64), "overwrite": (None, True)}
