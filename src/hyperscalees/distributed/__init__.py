@@ -1,7 +1,8 @@
 """Backends: turning a population into fitness, in-process (``local``) or across workers."""
 from .base import AbstractBackend
+from .graph import GraphedStep
 from .local import LocalBackend, evaluate
 
 BACKENDS = {"local": LocalBackend}
 
-__all__ = ["AbstractBackend", "BACKENDS", "LocalBackend", "evaluate"]
+__all__ = ["AbstractBackend", "BACKENDS", "GraphedStep", "LocalBackend", "evaluate"]

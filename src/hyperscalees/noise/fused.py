@@ -20,6 +20,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -85,24 +86,30 @@ def draw_(keys: Tensor, pairs: Tensor, index: Tensor | None, out: Tensor, distri
     """Fill ``out`` (K, n) with the noise of elements ``index`` of ``pairs`` (K,).
 
     ``index`` None means elements 0..n−1; shape (n,) is shared by all pairs, (K, n) picks
-    per pair. ``out`` may be float32 or a lower precision (cast at the store).
+    per pair. ``out`` may be float32 or a lower precision (cast at the store). The launch
+    is a torch operator (``hyperscalees::fused_draw_``), so dispatch modes and graph
+    capture see it like any other op.
     """
-    module = kernels(interpret)
-    if module is None:
+    if kernels(interpret) is None:
         raise RuntimeError("the fused noise kernel needs Triton (pip install triton)")
-    k, n = out.shape
     if out.stride(1) != 1 or (index is not None and index.stride(-1) != 1):
         raise ValueError("draw_ wants rows of unit stride")
-    if k == 0 or n == 0:
-        return out
+    if out.shape[0] and out.shape[1]:
+        fused_draw_op(out, keys, pairs, index, DIST_CODES[distribution], interpret)
+    return out
+
+
+@torch.library.custom_op("hyperscalees::fused_draw_", mutates_args=("out",))
+def fused_draw_op(out: Tensor, keys: Tensor, pairs: Tensor, index: Optional[Tensor], dist: int,
+                  interpret: bool) -> None:
+    module = kernels(interpret)
+    k, n = out.shape
     index_row_stride = 0 if index is None or index.dim() == 1 else index.stride(0)
     grid = (k * triton_cdiv(n, BLOCK),)
     # Triton consults TRITON_INTERPRET while launching too, not only when decorating.
     with _env("TRITON_INTERPRET", "1") if interpret else contextlib.nullcontext():
         module.draw_kernel[grid](out, keys, pairs, index if index is not None else pairs, n, out.stride(0),
-                                 index_row_stride, DIST=DIST_CODES[distribution], HAS_INDEX=index is not None,
-                                 BLOCK=BLOCK)
-    return out
+                                 index_row_stride, DIST=dist, HAS_INDEX=index is not None, BLOCK=BLOCK)
 
 
 def values_(bits: Tensor, out: Tensor, distribution: str, interpret: bool = False) -> Tensor:

@@ -8,7 +8,9 @@ subset of elements (embedding rows) can be drawn without drawing the rest.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor
@@ -24,6 +26,25 @@ def param_epoch_key(pop: Population, name: str) -> int:
 
 
 SAMPLERS = ("auto", "torch", "interpret")
+_STATIC_KEYS: ContextVar[dict[str, Tensor] | None] = ContextVar("hyperscalees_static_keys", default=None)
+
+
+@contextlib.contextmanager
+def static_keys(buffers: dict[str, Tensor]):
+    """Inside the block, fused draws of a parameter read its key words from ``buffers[name]``.
+
+    A captured CUDA graph replays its launches with the pointers they had: a key made
+    fresh per draw would freeze the captured step's noise. With a fixed buffer per
+    parameter (:func:`fused.key_words` layout), rewritten in place before each replay, the
+    replayed draw follows the step. The caller keeps the buffers equal to the step's keys.
+    """
+    token = _STATIC_KEYS.set(buffers)
+    try:
+        yield
+    finally:
+        _STATIC_KEYS.reset(token)
+
+
 
 
 def sampler(device: torch.device) -> str:
@@ -57,7 +78,9 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor | int, dtype=t
     how = sampler(device)
     key = param_epoch_key(pop, name)
     if how in ("fused", "interpret"):
-        return _draw_fused(pop, key, pairs.to(device), index, dtype, per_pair, interpret=how == "interpret")
+        buffers = _STATIC_KEYS.get()
+        words = buffers[name] if buffers and name in buffers else fused.key_words(key, mix_int(key), device)
+        return _draw_fused(pop, words, pairs.to(device), index, dtype, per_pair, interpret=how == "interpret")
     if how == "native" and pop.distribution in GAUSSIAN_LIKE:
         return _draw_native(key, pairs, index, dtype, per_pair, pop.distribution)
     if isinstance(index, int):
@@ -98,7 +121,7 @@ def _draw_native(key: int, pairs: Tensor, index: Tensor | int, dtype, per_pair: 
     return _cast(out, distribution, dtype)
 
 
-def _draw_fused(pop: Population, key: int, pairs: Tensor, index: Tensor | int, dtype, per_pair: bool,
+def _draw_fused(pop: Population, words: Tensor, pairs: Tensor, index: Tensor | int, dtype, per_pair: bool,
                 interpret: bool) -> Tensor:
     """:func:`draw` as one Triton launch, written straight in ``dtype`` (no cast pass)."""
     k = pairs.shape[0]
@@ -112,8 +135,7 @@ def _draw_fused(pop: Population, key: int, pairs: Tensor, index: Tensor | int, d
     out_dtype = dtype if dtype.is_floating_point or (pop.distribution == "int" and dtype == torch.int8) \
         else torch.float32
     out = torch.empty(shape, dtype=out_dtype, device=device)
-    fused.draw_(fused.key_words(key, mix_int(key), device), pairs, idx, out.view(k, -1), pop.distribution,
-                interpret=interpret)
+    fused.draw_(words, pairs, idx, out.view(k, -1), pop.distribution, interpret=interpret)
     return out if out_dtype == dtype else out.to(dtype)
 
 
