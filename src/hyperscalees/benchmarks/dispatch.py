@@ -20,6 +20,9 @@ SYNC_OPS = frozenset({
     "aten::masked_select", "aten::unique_consecutive", "aten::_unique", "aten::_unique2", "aten::unique_dim",
     "aten::repeat_interleave", "aten::allclose", "aten::_assert_async",
 })
+# Ops that allocate or re-describe memory without running a kernel (views are found by schema).
+NO_KERNEL_OPS = frozenset({"aten::empty", "aten::empty_strided", "aten::lift_fresh", "aten::detach", "aten::alias",
+                           "aten::_local_scalar_dense", "aten::set_", "aten::resize_"})
 MASK_INDEX_OPS = frozenset({"aten::index", "aten::index_put", "aten::index_put_"})  # with a bool mask: nonzero
 
 
@@ -38,7 +41,8 @@ def _is_device_to_host(name: str, args, kwargs, out) -> bool:
 
 
 class DispatchCounter(TorchDispatchMode):
-    """``with DispatchCounter() as c: ...`` then ``c.ops`` (all ops), ``c.syncs`` and ``c.sync_ops``.
+    """``with DispatchCounter() as c: ...`` then ``c.ops`` (all ops), ``c.kernel_ops`` (those that
+    would launch a kernel on a GPU: no views, no bare allocations), ``c.syncs`` and ``c.sync_ops``.
 
     A device-to-host copy counts as a sync too (visible only when a device is present).
     """
@@ -47,12 +51,16 @@ class DispatchCounter(TorchDispatchMode):
         super().__init__()
         self.by_name: Counter[str] = Counter()
         self.sync_ops: Counter[str] = Counter()
+        self.kernel_ops = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func._schema.name
         self.by_name[name] += 1
+        view = any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+        if not view and name not in NO_KERNEL_OPS:
+            self.kernel_ops += 1
         if name in SYNC_OPS or (name in MASK_INDEX_OPS and _is_mask_index(args)) \
                 or _is_device_to_host(name, args, kwargs, out):
             self.sync_ops[name] += 1

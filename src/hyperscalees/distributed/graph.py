@@ -108,11 +108,8 @@ class GraphedStep:
     def _write_keys(self) -> None:
         """This step's key words into the fixed buffers (no host wait: pinned, asynchronous)."""
         pop = self.es.ask()
-        words = [fused.key_words(k, mix_int(k), "cpu") for k in (param_epoch_key(pop, n) for n in self.names)]
-        host = torch.stack(words)
-        if self.device.type == "cuda":
-            host = host.pin_memory()
-        self._keys.copy_(host, non_blocking=True)
+        keys = [param_epoch_key(pop, n) for n in self.names]
+        fused.key_table([(k, mix_int(k)) for k in keys], self.device, out=self._keys)
 
     def _graph_step(self) -> StepMetrics:
         self._write_keys()

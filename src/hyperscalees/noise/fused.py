@@ -71,14 +71,27 @@ def available(device: torch.device) -> bool:
     return device.type == "cuda" and kernels(False) is not None
 
 
+def _signed(v: int) -> int:
+    return (v & 0xFFFFFFFF) - ((v & 0x80000000) << 1)
+
+
 def key_words(key: int, mixed_key: int, device) -> Tensor:
     """The two int32 words the kernel reads: a parameter's epoch key and its hash."""
-    signed = [(v & 0xFFFFFFFF) - ((v & 0x80000000) << 1) for v in (key, mixed_key)]
+    return key_table([(key, mixed_key)], device)[0]
+
+
+def key_table(keys: list[tuple[int, int]], device, out: Tensor | None = None) -> Tensor:
+    """(P, 2) key words of many parameters, made and sent in one copy (into ``out`` if given).
+
+    A blocking host-to-device copy waits for the GPU's queue; from pinned memory it need not.
+    """
+    host = torch.tensor([[_signed(k), _signed(m)] for k, m in keys], dtype=torch.int32)
     device = torch.device(device)
-    if device.type != "cuda":
-        return torch.tensor(signed, dtype=torch.int32, device=device)
-    # A blocking host-to-device copy waits for the GPU's queue; from pinned memory it need not.
-    return torch.tensor(signed, dtype=torch.int32, pin_memory=True).to(device, non_blocking=True)
+    if device.type == "cuda":
+        host = host.pin_memory()
+    if out is not None:
+        return out.copy_(host, non_blocking=True)
+    return host.to(device, non_blocking=True) if device.type == "cuda" else host.to(device)
 
 
 def draw_(keys: Tensor, pairs: Tensor, index: Tensor | None, out: Tensor, distribution: str,

@@ -26,7 +26,12 @@ def param_epoch_key(pop: Population, name: str) -> int:
 
 
 SAMPLERS = ("auto", "torch", "interpret")
+FUSED_SAMPLERS = ("fused", "interpret")  # what sampler() answers when the Triton kernel draws
 _STATIC_KEYS: ContextVar[dict[str, Tensor] | None] = ContextVar("hyperscalees_static_keys", default=None)
+
+
+def active_static_keys() -> dict[str, Tensor] | None:
+    return _STATIC_KEYS.get()
 
 
 @contextlib.contextmanager
@@ -77,7 +82,7 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor | int, dtype=t
     device = pairs.device if isinstance(index, int) else index.device
     how = sampler(device)
     key = param_epoch_key(pop, name)
-    if how in ("fused", "interpret"):
+    if how in FUSED_SAMPLERS:
         buffers = _STATIC_KEYS.get()
         words = buffers[name] if buffers and name in buffers else fused.key_words(key, mix_int(key), device)
         return _draw_fused(pop, words, pairs.to(device), index, dtype, per_pair, interpret=how == "interpret")

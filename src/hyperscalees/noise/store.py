@@ -18,13 +18,17 @@ Dimensions: P members, K = P/2 pairs; members [lo, hi) are whole pairs.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Collection, Hashable, Mapping
 
 import torch
 from torch import Tensor
 
+from . import fused
 from .draw import Noise, draw_noise, draw_rows, noise_nbytes, noise_scales, select_rows
+from .keys import mix_int
 from .population import Population
+from .sampling import FUSED_SAMPLERS, active_static_keys, param_epoch_key, sampler, static_keys
 from .spec import ESMode, ParamSpec
 
 
@@ -43,6 +47,8 @@ class NoiseStore:
         self._scales = {n: noise_scales(pop.sigma, s.sigma_scale * extra.get(n, 1.0), pop.rank, n in self.lowrank)
                         for n, s in self.specs.items()}
         self._draws: dict[str, Noise] = {}
+        self._members: dict[tuple, tuple[Tensor, Tensor]] = {}
+        self._key_words: dict[str, dict[str, Tensor]] = {}
         self._memo: dict[Hashable, object] = {}
         self._memo_asked: set = set()
         self.bytes_used = 0
@@ -68,11 +74,32 @@ class NoiseStore:
     def draw(self, name: str, pairs: Tensor, signs: Tensor) -> Noise:
         """Noise of arbitrary ``pairs`` (K,) with the caller's ``signs`` (K, 2); never cached."""
         spec = self.specs[name]
-        return draw_noise(self.pop, name, spec.shape, pairs, signs, name in self.lowrank, *self._scales[name])
+        with self._keys(pairs.device):
+            return draw_noise(self.pop, name, spec.shape, pairs, signs, name in self.lowrank, *self._scales[name])
+
+    def _keys(self, device):
+        """The fused kernel reads each parameter's key from device memory: all of this step's keys
+        go over in one copy, instead of one small copy per draw. (A captured graph's own fixed
+        buffers, already in place, hold the same words and win.)"""
+        if active_static_keys() is not None or sampler(torch.device(device)) not in FUSED_SAMPLERS:
+            return contextlib.nullcontext()
+        key = str(device)
+        if key not in self._key_words:
+            keys = [param_epoch_key(self.pop, n) for n in self.specs]
+            words = fused.key_table([(k, mix_int(k)) for k in keys], device)
+            self._key_words[key] = {n: words[i] for i, n in enumerate(self.specs)}
+        return static_keys(self._key_words[key])
+
+    def members(self, lo: int, hi: int, device) -> tuple[Tensor, Tensor]:
+        """(pairs (K,), signs (K, 2)) of members [lo, hi) on ``device``, made once per step: every
+        parameter's draw of a chunk shares them (a handful of small ops each, on a GPU launches)."""
+        key = (lo, hi, str(device))
+        if key not in self._members:
+            self._members[key] = (self.pop.pairs(lo, hi, device=device), self.pop.signs(lo, hi, device=device))
+        return self._members[key]
 
     def _draw_members(self, name: str, lo: int, hi: int) -> Noise:
-        dev = self.devices[name]
-        return self.draw(name, self.pop.pairs(lo, hi, device=dev), self.pop.signs(lo, hi, device=dev))
+        return self.draw(name, *self.members(lo, hi, self.devices[name]))
 
     def cached(self, name: str) -> Noise | None:
         """The whole-step draw of ``name``, made on first use, or None if it does not fit the budget."""
@@ -104,8 +131,9 @@ class NoiseStore:
             return select_rows(self._draws[name].slice(lo // 2, hi // 2), rows)
         dev = rows.device
         spec = self.specs[name]
-        return draw_rows(self.pop, name, spec.shape, self.pop.pairs(lo, hi, device=dev),
-                         self.pop.signs(lo, hi, device=dev), rows, name in self.lowrank, *self._scales[name])
+        with self._keys(dev):
+            return draw_rows(self.pop, name, spec.shape, *self.members(lo, hi, dev), rows, name in self.lowrank,
+                             *self._scales[name])
 
     def peek(self, name: str) -> Noise | None:
         """The whole-step draw of ``name`` if one is in memory (never draws)."""

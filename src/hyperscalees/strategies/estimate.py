@@ -58,7 +58,7 @@ def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int
             noise = whole.slice(k0, k1)
         else:
             with all_threads():
-                noise = store.draw(name, pop.pairs(2 * k0, 2 * k1, device=dev), pop.signs(2 * k0, 2 * k1, device=dev))
+                noise = store.draw(name, *store.members(2 * k0, 2 * k1, dev))
         w = pair_weights(f[2 * k0:2 * k1], noise.signs) * coef
         if lowrank:
             a, b = (noise.a.sign(), noise.b.sign()) if sign_update else (noise.a, noise.b)
