@@ -55,7 +55,7 @@ def step_once(es, task):
 
 
 def snapshot(model):
-    return {k: v.clone() for k, v in model.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}  # checkpoints load to the CPU
 
 
 def step_files(directory):
@@ -110,7 +110,7 @@ def test_checkpoint_contents_and_layout(tmp_path):
     from safetensors.torch import load_file  # the model file is plain safetensors, readable without this library
     weights = load_file(str(files["model"]))
     for k, v in model.state_dict().items():
-        assert torch.equal(weights[k], v)
+        assert torch.equal(weights[k], v.cpu())  # safetensors loads to the CPU; the model may be on CUDA
     assert load_checkpoint(tmp_path).task == {"count": 7}
     umask = os.umask(0)
     os.umask(umask)
@@ -139,7 +139,7 @@ def test_the_older_three_file_layout_still_loads_and_is_replaced(tmp_path):
     (tmp_path / "checkpoint.json").write_text(json.dumps(
         {"step": 2, "config": cfg.to_dict(), "files": {"model": "model.safetensors", "strategy": "strategy.pt"}}))
     ck = load_checkpoint(tmp_path)
-    assert ck.step == 2 and ck.task == {} and all(torch.equal(ck.model[k], v) for k, v in sd["model"].items())
+    assert ck.step == 2 and ck.task == {} and all(torch.equal(ck.model[k], v.cpu()) for k, v in sd["model"].items())
     save_checkpoint(tmp_path, es, cfg.to_dict())
     assert not (tmp_path / "model.safetensors").exists() and not (tmp_path / "strategy.pt").exists()
 
