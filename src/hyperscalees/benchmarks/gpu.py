@@ -22,7 +22,9 @@ Timed interleaved in one process (``base.side_by_side``), median of the repeats 
 - the floor, what no implementation of the step can skip, its three parts each timed alone:
   inference + ``torch.mm`` of the update's shapes in the parameter dtype, (rows, K·r) @ (K·r, cols)
   per low-rank parameter and (1, K) @ (K, n) per full-rank one + one ``torch.optim.Adam`` step
-  (fused on CUDA) over fp32 master copies of the parameters with a random gradient.
+  (fused on CUDA) over fp32 master copies of the parameters with a random gradient. The library's
+  own update multiplies in float32 (its noise's dtype), so on a GPU that difference shows up in
+  ``step_over_floor`` too.
 
 Ratios: ``forward_over_inference`` = t_inference / t_forward and ``step_over_inference`` =
 t_inference / t_step (throughput relative to inference, 1.0 = ES is free); ``step_over_floor`` =
@@ -36,7 +38,9 @@ measured on its second call, so lazily made state counts as in every step after 
 CUDA: ``max_memory_allocated`` above the level before the build (exact; the CUDA context is not
 counted). On CPU: peak RSS of one fresh subprocess that probes every configuration in turn, with
 glibc's mmap threshold fixed (``base.EXACT_RSS_ENV``); the interpreter and torch (a few hundred
-MiB) are included, so small configurations read close to 1.
+MiB) are included, so small configurations read close to 1. With ``--quick`` on CPU the probes run
+in this process instead: its tensors are far below torch's own RSS, so a fresh process would cost
+seconds of start-up and read about 1 all the same.
 """
 from __future__ import annotations
 
@@ -259,19 +263,25 @@ def memory_probes(cases: list[dict], device: str, dtype: str) -> list[dict]:
     The first configuration runs once unmeasured before: one-time set-up (lazy imports, the
     cuBLAS workspace) would otherwise land in whichever probe came first.
     """
-    for which in ("inference", "step"):
-        memory_probe(cases[0], device, dtype, which)
-    return [{"inference_mib": memory_probe(c, device, dtype, "inference"),
-             "step_mib": memory_probe(c, device, dtype, "step")} for c in cases]
+    gc.collect()
+    gc.freeze()  # each probe's collection then scans only what the probes made, not all of torch (~0.1 s)
+    try:
+        for which in ("inference", "step"):
+            memory_probe(cases[0], device, dtype, which)
+        return [{"inference_mib": memory_probe(c, device, dtype, "inference"),
+                 "step_mib": memory_probe(c, device, dtype, "step")} for c in cases]
+    finally:
+        gc.unfreeze()
 
 
-def peak_memory(cases: tuple[Case, ...], device: str, dtype: str) -> list[dict]:
+def peak_memory(cases: tuple[Case, ...], device: str, dtype: str, isolate: bool = True) -> list[dict]:
+    """Probes of every configuration; on CPU with ``isolate`` in a fresh subprocess (see the module docstring)."""
     kw = dict(cases=[asdict(c) for c in cases], device=device, dtype=dtype)
+    if torch.device(device).type == "cpu" and isolate:
+        return in_subprocess(f"{__name__}:memory_probes", kw, env=EXACT_RSS_ENV)
     if torch.device(device).type == "cuda":
-        gc.collect()
         torch.cuda.empty_cache()
-        return memory_probes(**kw)
-    return in_subprocess(f"{__name__}:memory_probes", kw, env=EXACT_RSS_ENV)
+    return memory_probes(**kw)
 
 
 # -- report ------------------------------------------------------------------------------
@@ -319,7 +329,7 @@ def run(quick: bool = False, device: str | None = None, log=print, dtype: str | 
         t = measured[-1]["timings"]
         log(f"  {case.label} N={case.population} T={case.tokens}: "
             f"step/inf={t['inference'].median / t['step'].median:.3f}")
-    mem = peak_memory(p.cases, device, dtype)
+    mem = peak_memory(p.cases, device, dtype, isolate=not quick)
     records = [record(c, m, k) for c, m, k in zip(p.cases, measured, mem)]
     rep = Report("gpu", QUESTION, COLUMNS, rows=[row(r) for r in records])
     rep.summary = {**summarize(records, device, dtype), "environment": environment()}
@@ -331,7 +341,7 @@ def run(quick: bool = False, device: str | None = None, log=print, dtype: str | 
         "forward: a twin facade with noise_cache_mib=0, so each call draws its noise like a step's first forward",
         "mem_ratio: peak of a step / peak of inference, each built alone; " + (
             "CUDA allocator, above the pre-build level" if torch.device(device).type == "cuda"
-            else "process peak RSS of one fresh subprocess (torch included: small sizes read ~1)"),
+            else f"process peak RSS{'' if quick else ' of a fresh subprocess'} (torch included: small sizes read ~1)"),
         "ops, syncs: DispatchCounter over one whole step; launches: CUDA kernels in torch.profiler (n/a on CPU)",
     ]
     return rep
