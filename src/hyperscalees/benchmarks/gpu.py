@@ -210,15 +210,16 @@ def adam_step(params: list[Tensor]) -> Callable[[], None]:
     return opt.step
 
 
-def kernels(run: Callable[[], object]) -> int:
-    """CUDA kernels one call of ``run`` launches, from the profiler's device trace."""
+def kernels(run: Callable[[], object]) -> int | None:
+    """CUDA kernels one call of ``run`` launches, from the profiler's device trace (None: no trace)."""
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         run()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and not e.name.startswith(("Memcpy", "Memset")))
+    n = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.startswith(("Memcpy", "Memset")))
+    return n or None  # a step always launches kernels: 0 means the profiler saw no device (no CUPTI)
 
 
 def measure_case(case: Case, device: str, dtype: torch.dtype, warmup: int, repeats: int) -> dict:
