@@ -316,6 +316,8 @@ def summarize(records: list[dict], device: str, dtype: str) -> dict:
             "peak_mem_ratio": max(r["peak_mem_ratio"] for r in records),
             "ops_per_step_max": max(r["ops_per_step"] for r in records),
             "syncs_per_step_max": max(r["syncs_per_step"] for r in records),
+            "launches_per_step_max": max((r["launches_per_step"] for r in records
+                                          if r["launches_per_step"] is not None), default=None),
             "device": device, "device_name": name, "dtype": dtype, "torch": torch.__version__}
 
 
