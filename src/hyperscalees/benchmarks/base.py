@@ -196,16 +196,17 @@ def es_step(es, work: Workload, chunk: int) -> Callable[[], object]:
 # -- reports -----------------------------------------------------------------------------
 @dataclass
 class Report:
-    """A benchmark's answer: the question, a table, headline numbers, notes."""
+    """A benchmark's answer: the question, a table, headline numbers, notes (and JSON-only details)."""
     name: str
     question: str
     columns: list[str]
     rows: list[list] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)  # JSON only: per-configuration records too long for the table
 
     def to_dict(self) -> dict:
-        return _clean({"bench": self.name, "question": self.question, **self.summary,
+        return _clean({"bench": self.name, "question": self.question, **self.summary, **self.details,
                        "rows": [dict(zip(self.columns, r)) for r in self.rows], "notes": self.notes})
 
     def to_json(self) -> str:

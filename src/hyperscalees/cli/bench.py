@@ -1,7 +1,8 @@
 """``hyperscalees bench NAME [--quick] [--json] [--device cpu|cuda]``: measured performance.
 
 Each benchmark answers one question (see ``hyperscalees.benchmarks``) and prints a
-readable table; with ``--json`` its last stdout line is one JSON object.
+readable table; with ``--json`` its last stdout line is one JSON object. ``gpu`` measures
+on CUDA when there is one and also takes ``--dtype`` and ``--repeats``.
 
 The comparison with other PyPI libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
@@ -9,12 +10,18 @@ source checkout only (``python bench/peers.py --help``).
 """
 from __future__ import annotations
 
+import argparse
+import functools
 import importlib
 import sys
 from pathlib import Path
 from typing import Callable
 
-BENCHMARKS = ("throughput", "population", "calls")
+BENCHMARKS = ("throughput", "population", "calls", "gpu")
+# Benchmarks whose default --device is cuda when it is available (the others default to cpu).
+CUDA_FIRST = frozenset({"gpu"})
+# Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
+OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"})}
 # Benchmarks that live outside the installed package: name -> how to run them instead.
 MOVED = {"peers": "python bench/peers.py"}
 
@@ -23,19 +30,34 @@ def add_flags(p) -> None:
     """The flags every benchmark takes (also used by the scripts under ``bench/``)."""
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs, numbers mean little")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to measure (default: cpu)")
+    p.add_argument("--device", default=None, choices=("cpu", "cuda"),
+                   help="where to measure (default: cpu; for gpu: cuda when available)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--out", type=Path, default=None, help="also write the table and JSON to this file")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("bench", help="measure ES cost against inference, population scaling, RL calls",
-                              description=__doc__)
+    p = subparsers.add_parser("bench", help="measure ES cost against inference, population scaling, RL calls, "
+                              "a GPU step vs inference", description=__doc__)
     moved = "; ".join(f"{k}: run `{v}` from a source checkout" for k, v in MOVED.items())
     p.add_argument("name", choices=BENCHMARKS + tuple(MOVED), metavar="NAME",
                    help=f"{' | '.join(BENCHMARKS)}; {moved}")
     add_flags(p)
+    p.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp32"),
+                   help="gpu only: parameter dtype (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--repeats", type=_positive_int, default=None,
+                   help="gpu only: timed repeats per configuration (default: 3 with --quick, else 10)")
     p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return n
 
 
 def run(args) -> int:
@@ -44,19 +66,33 @@ def run(args) -> int:
               f"libraries into throw-away venvs). From a source checkout run: {MOVED[args.name]} "
               f"[--quick] [--json] [--device cpu|cuda] [--out FILE]", file=sys.stderr)
         return 2
-    return measure(importlib.import_module(f"hyperscalees.benchmarks.{args.name}").run, args)
+    own = {f: getattr(args, f) for f in OWN_FLAGS if getattr(args, f, None) is not None}
+    stray = [f for f in own if args.name not in OWN_FLAGS[f]]
+    if stray:
+        print(f"hyperscalees bench {args.name}: --{stray[0]} applies to {' | '.join(sorted(OWN_FLAGS[stray[0]]))} "
+              "only", file=sys.stderr)
+        return 2
+    bench_run = importlib.import_module(f"hyperscalees.benchmarks.{args.name}").run
+    return measure(functools.partial(bench_run, **own), args,
+                   default_device="auto" if args.name in CUDA_FIRST else "cpu")
 
 
-def measure(bench_run: Callable, args) -> int:
-    """Run ``bench_run(quick=, device=, log=)`` and print its table (and JSON line, and ``--out`` file)."""
+def measure(bench_run: Callable, args, default_device: str = "cpu") -> int:
+    """Run ``bench_run(quick=, device=, log=)`` and print its table (and JSON line, and ``--out`` file).
+
+    Without ``--device`` it measures on ``default_device``; "auto" is cuda when available, else cpu.
+    """
     import torch
-    if args.device == "cuda" and not torch.cuda.is_available():
+    device = args.device or default_device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
         print("hyperscalees bench: --device cuda but CUDA is not available", file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
-    report = bench_run(quick=args.quick, device=args.device, log=log)
+    report = bench_run(quick=args.quick, device=device, log=log)
     text = report.table()
     print(text)
     line = report.to_json()
