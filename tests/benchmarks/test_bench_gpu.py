@@ -46,6 +46,8 @@ def test_ratios_follow_their_definitions(report):
         assert r["peak_mem_ratio"] == approx(r["step_peak_mib"] / r["inference_peak_mib"]) and r["peak_mem_ratio"] > 0
         assert r["ops_per_step"] > 0 and r["syncs_per_step"] == sum(r["sync_ops"].values())
         assert r["launches_per_step"] is None  # CUDA only
+        assert r["graphed_step_over_floor"] == approx(r["graphed_step_s"] / r["floor_s"])
+        assert 0 < r["kernel_ops_per_step"] < r["ops_per_step"] and r["syncs_per_step"] == 0  # a step never waits
         assert all(r["timings"][k]["median"] == r[f"{k}_s"] for k in gpu.TIMED)
     worst = lambda f, k: f(r[k] for r in report["configs"])
     assert report["step_over_inference_worst"] == worst(min, "step_over_inference")
@@ -53,6 +55,8 @@ def test_ratios_follow_their_definitions(report):
     assert report["step_over_floor_worst"] == worst(max, "step_over_floor")
     assert report["peak_mem_ratio"] == worst(max, "peak_mem_ratio")
     assert report["ops_per_step_max"] == worst(max, "ops_per_step")
+    assert report["graphed_step_over_floor_worst"] == worst(max, "graphed_step_over_floor")
+    assert report["graphs"] == ["CUDA graphs need a CUDA device; the parameters are on cpu"]  # eager, and says why
 
 
 def test_update_gemm_takes_the_update_shapes_of_every_parameter():

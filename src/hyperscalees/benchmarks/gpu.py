@@ -23,13 +23,14 @@ Timed interleaved in one process (``base.side_by_side``), median of the repeats 
   inference + ``torch.mm`` of the update's shapes in the parameter dtype, (rows, K·r) @ (K·r, cols)
   per low-rank parameter and (1, K) @ (K, n) per full-rank one + one ``torch.optim.Adam`` step
   (fused on CUDA) over fp32 master copies of the parameters with a random gradient. The library's
-  own update multiplies in float32 (its noise's dtype), so on a GPU that difference shows up in
-  ``step_over_floor`` too.
+  own update GEMM rounds its operands to the parameter dtype on CUDA too (``update_precision="auto"``),
+  so the two GEMMs are alike.
 
 Ratios: ``forward_over_inference`` = t_inference / t_forward and ``step_over_inference`` =
 t_inference / t_step (throughput relative to inference, 1.0 = ES is free); ``step_over_floor`` =
-t_step / t_floor (1.0 = nothing beyond the floor). Counts of one whole step: ``ops_per_step`` and
-``syncs_per_step`` from :class:`~.dispatch.DispatchCounter` (any device), ``launches_per_step``
+t_step / t_floor (1.0 = nothing beyond the floor). Counts of one whole step: ``ops_per_step``,
+``kernel_ops_per_step`` (ops that launch a kernel on a GPU) and ``syncs_per_step`` from
+:class:`~.dispatch.DispatchCounter` (any device), ``launches_per_step``
 the kernels in ``torch.profiler``'s CUDA trace (memcpy/memset not counted; None on CPU).
 
 Peak memory, ``peak_mem_ratio`` = step / inference: each side is built afresh with only what it
@@ -53,6 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models import TinyLM
+from ..distributed.graph import GraphedStep
 from ..nn.module_es import EGGROLL
 from .base import MIB, EXACT_RSS_ENV, Report, Timing, environment, in_subprocess, peak_rss_mib, reset_peak_rss, \
     side_by_side
@@ -60,10 +62,10 @@ from .dispatch import DispatchCounter
 
 QUESTION = "one ES step vs inference of the same N·T tokens, and vs the floor (inference + update GEMM + Adam)"
 COLUMNS = ["config", "N", "T", "infer_ms", "forward_ms", "step_ms", "floor_ms", "fwd_over_inf", "step_over_inf",
-           "step_over_floor", "mem_ratio", "ops", "syncs", "launches"]
+           "step_over_floor", "graphed_over_floor", "mem_ratio", "ops", "kernel_ops", "syncs", "launches"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SIGMA, LR = 0.01, 1e-3
-TIMED = ("inference", "forward", "step", "update_gemm", "adam")
+TIMED = ("inference", "forward", "step", "graphed_step", "update_gemm", "adam")
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,16 @@ def es_step(es: EGGROLL, s: Setup) -> Callable[[], object]:
     return lambda: es.tell(fitness(forward(), s.case.population))
 
 
+def graphed_step(es: EGGROLL, s: Setup) -> tuple[Callable[[], object], GraphedStep]:
+    """The same step as :func:`es_step` through :class:`GraphedStep`: one CUDA graph replay where
+    it can capture (its inputs already sit at a fixed address), the eager step otherwise. Called
+    past its warm-up and capture here, so the timed calls are replays."""
+    step = GraphedStep(es, lambda m, lo, hi: fitness(m(s.inputs), s.case.population))
+    for _ in range(step.warmup + 1):
+        step()
+    return step, step
+
+
 def trainable(es: EGGROLL) -> dict[str, Tensor]:
     params = dict(es.model.named_parameters())
     return {n: params[n] for n in es.strategy.trainable}
@@ -227,13 +239,16 @@ def measure_case(case: Case, device: str, dtype: torch.dtype, warmup: int, repea
     s = build(case, device, dtype)
     es = facade(s)
     twin = facade(s, noise_cache_mib=0)  # every forward draws afresh: see the module docstring
+    graphed, runner = graphed_step(facade(s), s)
     fns = {"inference": inference(s), "forward": perturbed_forward(twin, s), "step": es_step(es, s),
-           "update_gemm": update_gemm(es, case.pairs), "adam": adam_step(list(trainable(es).values()))}
+           "graphed_step": graphed, "update_gemm": update_gemm(es, case.pairs),
+           "adam": adam_step(list(trainable(es).values()))}
     t = side_by_side({k: fns[k] for k in TIMED}, warmup, repeats, device)
     with DispatchCounter() as c:
         fns["step"]()
     launches = kernels(fns["step"]) if torch.device(device).type == "cuda" else None
-    return {"timings": t, "ops": c.ops, "syncs": c.syncs, "sync_ops": dict(c.sync_ops), "launches": launches}
+    return {"timings": t, "ops": c.ops, "kernel_ops": c.kernel_ops, "syncs": c.syncs, "sync_ops": dict(c.sync_ops),
+            "launches": launches, "graph": "captured" if runner.captured else runner.reason}
 
 
 # -- peak memory -------------------------------------------------------------------------
@@ -295,17 +310,21 @@ def record(case: Case, m: dict, mem: dict) -> dict:
             **{f"{k}_s": v for k, v in sec.items()}, "floor_s": floor,
             "forward_over_inference": sec["inference"] / sec["forward"],
             "step_over_inference": sec["inference"] / sec["step"], "step_over_floor": sec["step"] / floor,
+            "graphed_step_over_inference": sec["inference"] / sec["graphed_step"],
+            "graphed_step_over_floor": sec["graphed_step"] / floor, "graph": m["graph"],
             "inference_peak_mib": mem["inference_mib"], "step_peak_mib": mem["step_mib"],
             "peak_mem_ratio": mem["step_mib"] / mem["inference_mib"],
-            "ops_per_step": m["ops"], "syncs_per_step": m["syncs"], "sync_ops": m["sync_ops"],
+            "ops_per_step": m["ops"], "kernel_ops_per_step": m["kernel_ops"], "syncs_per_step": m["syncs"],
+            "sync_ops": m["sync_ops"],
             "launches_per_step": m["launches"], "timings": t}
 
 
 def row(r: dict) -> list:
     ms = lambda k: r[k] * 1e3
     return [r["label"], r["population"], r["tokens"], ms("inference_s"), ms("forward_s"), ms("step_s"), ms("floor_s"),
-            r["forward_over_inference"], r["step_over_inference"], r["step_over_floor"], r["peak_mem_ratio"],
-            r["ops_per_step"], r["syncs_per_step"], "n/a" if r["launches_per_step"] is None else r["launches_per_step"]]
+            r["forward_over_inference"], r["step_over_inference"], r["step_over_floor"], r["graphed_step_over_floor"],
+            r["peak_mem_ratio"], r["ops_per_step"], r["kernel_ops_per_step"], r["syncs_per_step"],
+            "n/a" if r["launches_per_step"] is None else r["launches_per_step"]]
 
 
 def summarize(records: list[dict], device: str, dtype: str) -> dict:
@@ -313,8 +332,12 @@ def summarize(records: list[dict], device: str, dtype: str) -> dict:
     return {"step_over_inference_worst": min(r["step_over_inference"] for r in records),
             "forward_over_inference_worst": min(r["forward_over_inference"] for r in records),
             "step_over_floor_worst": max(r["step_over_floor"] for r in records),
+            "graphed_step_over_inference_worst": min(r["graphed_step_over_inference"] for r in records),
+            "graphed_step_over_floor_worst": max(r["graphed_step_over_floor"] for r in records),
+            "graphs": sorted({r["graph"] for r in records}),
             "peak_mem_ratio": max(r["peak_mem_ratio"] for r in records),
             "ops_per_step_max": max(r["ops_per_step"] for r in records),
+            "kernel_ops_per_step_max": max(r["kernel_ops_per_step"] for r in records),
             "syncs_per_step_max": max(r["syncs_per_step"] for r in records),
             "launches_per_step_max": max((r["launches_per_step"] for r in records
                                           if r["launches_per_step"] is not None), default=None),
