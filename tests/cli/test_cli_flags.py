@@ -23,7 +23,9 @@ ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": (
                  "checkpoint_every": ("2", 2), "out": ("runs/x", "runs/x"), "resume": ("runs/y", "runs/y"),
                  "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64), "overwrite": (None, True)}
 OPTION_VALUES = {"hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
-                 "holdout": ("0.3", 0.3)}
+                 "holdout": ("0.3", 0.3), "env": ("Pendulum-v1", "Pendulum-v1"), "episodes": ("3", 3),
+                 "layers": ("1", 1), "max_steps": ("50", 50), "eval_episodes": ("7", 7), "normalize": (None, False),
+                 "threads": ("2", 2)}
 
 
 def parse(*argv):
@@ -55,7 +57,8 @@ def test_engine_flags_round_trip(name):
 @pytest.mark.parametrize("task,name", [(t, f.name) for t, cls in TASKS.items() for f in fields(cls.Options)])
 def test_task_option_flags_round_trip(task, name):
     text, value = OPTION_VALUES[name]
-    cfg = config_from_args(parse("train", task, flag(name), text))
+    argv = [flag(name), text] if text is not None else ["--no-" + flag(name)[2:]]  # a switch on by default
+    cfg = config_from_args(parse("train", task, *argv))
     assert cfg.options[name] == value and cfg.task == task
 
 

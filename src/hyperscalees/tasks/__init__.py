@@ -3,9 +3,10 @@ from .base import AbstractTask, NoOptions, member_major
 from .digits import DigitsTask
 from .poly import PolyTask
 from .predict2 import Predict2Task
+from .rl import RLTask
 from .xor import XorTask
 
-TASKS: dict[str, type[AbstractTask]] = {t.name: t for t in (XorTask, Predict2Task, PolyTask, DigitsTask)}
+TASKS: dict[str, type[AbstractTask]] = {t.name: t for t in (XorTask, Predict2Task, PolyTask, DigitsTask, RLTask)}
 
 
 def get_task(name: str) -> type[AbstractTask]:
@@ -15,5 +16,5 @@ def get_task(name: str) -> type[AbstractTask]:
     return TASKS[name]
 
 
-__all__ = ["AbstractTask", "DigitsTask", "NoOptions", "PolyTask", "Predict2Task", "TASKS", "XorTask",
+__all__ = ["AbstractTask", "DigitsTask", "NoOptions", "PolyTask", "Predict2Task", "RLTask", "TASKS", "XorTask",
            "get_task", "member_major"]

@@ -1,0 +1,155 @@
+"""ES for reinforcement learning: episode returns as fitness, the population rolled out together.
+
+Dimensions: P members in the slice [lo, hi), E episodes per member, n = P·E envs. A fitness
+call runs one episode in each of the n envs, the policy acting for all of them in one
+perturbed forward per env step, and returns the (P, E) returns; the strategy averages
+each member's E returns (``group_fitness="mean"``) and ranks them (centered ranks by
+default). Both members of an antithetic pair start from the same states.
+
+Observation normalisation uses statistics frozen for the whole step (``normalize.py``);
+they live in the policy's buffers (saved with the model) and, as running sums, in the task
+state (saved in checkpoints), so a resumed run continues bit for bit.
+
+Threads: small policies ran 4-25× slower and erratically on 2 torch threads than on 1 on
+the project's 2-core machine (issue #10), so rollouts and evaluations run on
+``--threads`` (default 1) and restore the caller's setting afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ...models.policy import Policy
+from ...noise.keys import fold_in, pair_keys
+from ..base import AbstractTask, check_options
+from .envs import check_env_id, make_env
+from .normalize import RunningStats
+from .rollout import rollout
+
+TARGETS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}  # "solved" returns (issue #10's acceptance)
+_EVAL_STREAM = 0xE7A1  # evaluation starts: one fixed set per run, never a training step's
+
+
+@dataclass(frozen=True)
+class RLOptions:
+    env: str = "CartPole-v1"
+    episodes: int = 1           # episodes per member per step (their returns are averaged)
+    hidden: int = 32
+    layers: int = 2
+    activation: str = "tanh"
+    max_steps: int = 0          # cap on episode length; 0: the environment's own limit
+    eval_episodes: int = 100
+    normalize: bool = True      # running observation normalisation
+    threads: int = 1
+
+    def __post_init__(self):
+        check_options(self, positive=("episodes", "hidden", "layers", "eval_episodes", "threads"),
+                      activation=self.activation)
+        if not isinstance(self.max_steps, int) or self.max_steps < 0:
+            raise ValueError(f"max_steps must be an integer >= 0, got {self.max_steps!r}")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+class RLTask(AbstractTask):
+    """A deterministic MLP policy on a gymnasium environment; fitness is the episode return."""
+
+    name = "rl"
+    metric = "eval_return"
+    goal = "max"
+    defaults = {"population": 64, "sigma": 0.1, "rank": 4, "lr": 0.05, "optimizer": "adam", "steps": 300,
+                "shaping": "centered_rank"}
+    Options = RLOptions
+
+    def __init__(self, seed=0, device=None, options=None):
+        super().__init__(seed, device, options)
+        o = self.options
+        check_env_id(o.env)
+        probe = make_env(o.env, 1, self.device)
+        self.spaces = probe.spaces
+        probe.close()
+        self.max_steps = o.max_steps or self.spaces.max_steps
+        self.target = TARGETS.get(o.env)
+        self.stats = RunningStats(self.spaces.obs_dim)
+        self.stats_step = 0
+        self.env_steps = 0
+        self._envs: dict[int, object] = {}
+
+    # -- model -------------------------------------------------------------------------
+    def make_model(self) -> nn.Module:
+        s, o = self.spaces, self.options
+        return Policy(s.obs_dim, s.act_dim, o.hidden, o.layers, o.activation, s.discrete, s.low, s.high)
+
+    # -- fitness -----------------------------------------------------------------------
+    def _env(self, n: int):
+        if n not in self._envs:
+            self._envs[n] = make_env(self.options.env, n, self.device)
+        return self._envs[n]
+
+    def episode_keys(self, step: int, lo: int, hi: int) -> Tensor:
+        """(n,) start keys of members [lo, hi), E per member; a pair's two members share theirs."""
+        e = self.options.episodes
+        members = torch.arange(lo, hi).repeat_interleave(e)
+        episode = torch.arange(e).repeat(hi - lo)
+        return pair_keys(fold_in(self.seed, step), (members // 2) * e + episode)
+
+    def _sync_stats(self, model: nn.Module, step: int) -> None:
+        """Fold the previous steps' observations in and hand the frozen statistics to the policy."""
+        if step > self.stats_step:
+            self.stats.fold()
+            self.stats_step = step
+        if self.options.normalize:
+            mean, std = self.stats.mean_std()
+            norm = model.norm
+            norm.mean.copy_(mean.to(norm.mean.device))
+            norm.std.copy_(std.to(norm.std.device))
+
+    def fitness(self, model: nn.Module, lo: int, hi: int, step: int = 0) -> Tensor:
+        self._sync_stats(model, step)
+        with torch_threads(self.options.threads):
+            ep = rollout(model, self._env((hi - lo) * self.options.episodes), self.episode_keys(step, lo, hi),
+                         self.max_steps, self.stats if self.options.normalize else None)
+        self.env_steps += ep.env_steps
+        return ep.returns.view(hi - lo, self.options.episodes)
+
+    # -- evaluation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        n = self.options.eval_episodes
+        keys = pair_keys(fold_in(self.seed, _EVAL_STREAM), torch.arange(n))
+        t0 = time.perf_counter()
+        with torch_threads(self.options.threads):
+            ep = rollout(model, self._env(n), keys, self.max_steps)
+        r = ep.returns
+        ok = r[torch.isfinite(r)]
+        return {"eval_return": float(ok.mean()) if ok.numel() else math.nan,
+                "eval_return_std": float(ok.std()) if ok.numel() > 1 else 0.0,
+                "eval_broken": int(ep.broken.sum()), "env_steps": self.env_steps,
+                "eval_s": time.perf_counter() - t0}
+
+    def metric_names(self):
+        return ("eval_return", "eval_return_std", "eval_broken", "env_steps", "eval_s")
+
+    # -- state a resumed run must restore ----------------------------------------------
+    def state_dict(self) -> dict:
+        return {"stats": self.stats.state_dict(), "stats_step": self.stats_step, "env_steps": self.env_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:
+            return
+        self.stats.load_state_dict(state["stats"])
+        self.stats_step = int(state["stats_step"])
+        self.env_steps = int(state["env_steps"])
