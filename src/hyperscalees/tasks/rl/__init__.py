@@ -1,0 +1,1 @@
+"""Reinforcement-learning environments that step a whole population of episodes as batched tensors."""
