@@ -1,9 +1,8 @@
 """Many copies of one environment stepped together with torch tensors: one env per (member, episode).
 
-Each env starts from an initial state fixed by a 32-bit *episode key*. Keys are a pure
-function of (run seed, step, antithetic pair, episode index): both members of a pair meet
-the same starts, any chunking of the population meets the same starts, and a resumed run
-meets what the uninterrupted one would have.
+Each env starts from an initial state fixed by a 32-bit *episode key* (the task derives keys
+from (run seed, step, episode index) alone): any chunking of the population, any backend and
+a resumed run meet the same starts.
 
 Which implementation serves an env id is decided in one place, :data:`BUILDERS`:
 - ``CartPole-v1``: gymnasium's NumPy-vectorised ``CartPoleVectorEnv`` (``make_vec(...,
@@ -92,7 +91,7 @@ class TorchPendulumEnv:
         self.spaces = Spaces(3, 1, False, -2.0, 2.0, self.env.max_episode_steps)
 
     def reset(self, keys: Tensor) -> Tensor:
-        u = start_uniforms(keys, 2).to(self.env.device if hasattr(self.env, "device") else "cpu")
+        u = start_uniforms(keys, 2).to(self.env.device)
         return self.env.reset_to((u[:, 0] * 2 - 1) * math.pi, u[:, 1] * 2 - 1)
 
     def step(self, actions: Tensor):

@@ -4,7 +4,8 @@ Dimensions: P members in the slice [lo, hi), E episodes per member, n = P·E env
 call runs one episode in each of the n envs, the policy acting for all of them in one
 perturbed forward per env step, and returns the (P, E) returns; the strategy averages
 each member's E returns (``group_fitness="mean"``) and ranks them (centered ranks by
-default). Both members of an antithetic pair start from the same states.
+default). Episode e of a step starts from the same state for every member, so members are
+compared on equal terms; the starts change every step.
 
 Observation normalisation uses statistics frozen for the whole step (``normalize.py``);
 they live in the policy's buffers (saved with the model) and, as running sums, in the task
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -100,11 +100,11 @@ class RLTask(AbstractTask):
         return self._envs[n]
 
     def episode_keys(self, step: int, lo: int, hi: int) -> Tensor:
-        """(n,) start keys of members [lo, hi), E per member; a pair's two members share theirs."""
+        """(n,) start keys of members [lo, hi), E per member: episode e of a step starts from the same
+        state for every member (common random numbers: members are ranked on equal footing, and a
+        pair's twins differ only by their noise sign)."""
         e = self.options.episodes
-        members = torch.arange(lo, hi).repeat_interleave(e)
-        episode = torch.arange(e).repeat(hi - lo)
-        return pair_keys(fold_in(self.seed, step), (members // 2) * e + episode)
+        return pair_keys(fold_in(self.seed, step), torch.arange(e).repeat(hi - lo))
 
     def _sync_stats(self, model: nn.Module, step: int) -> None:
         """Fold the previous steps' observations in and hand the frozen statistics to the policy."""
@@ -130,18 +130,16 @@ class RLTask(AbstractTask):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         n = self.options.eval_episodes
         keys = pair_keys(fold_in(self.seed, _EVAL_STREAM), torch.arange(n))
-        t0 = time.perf_counter()
         with torch_threads(self.options.threads):
             ep = rollout(model, self._env(n), keys, self.max_steps)
         r = ep.returns
         ok = r[torch.isfinite(r)]
         return {"eval_return": float(ok.mean()) if ok.numel() else math.nan,
                 "eval_return_std": float(ok.std()) if ok.numel() > 1 else 0.0,
-                "eval_broken": int(ep.broken.sum()), "env_steps": self.env_steps,
-                "eval_s": time.perf_counter() - t0}
+                "eval_broken": int(ep.broken.sum()), "env_steps": self.env_steps}
 
     def metric_names(self):
-        return ("eval_return", "eval_return_std", "eval_broken", "env_steps", "eval_s")
+        return ("eval_return", "eval_return_std", "eval_broken", "env_steps")
 
     # -- state a resumed run must restore ----------------------------------------------
     def state_dict(self) -> dict:

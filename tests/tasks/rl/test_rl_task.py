@@ -1,0 +1,131 @@
+"""ES for RL: CartPole solved, exact resume with observation statistics, reload gives the same returns,
+broken environments never reach the weights."""
+import math
+
+import pytest
+import torch
+
+from hyperscalees.distributed import LocalBackend
+from hyperscalees.engine import load_checkpoint, load_run, make_config, run
+from hyperscalees.strategies import metrics as strategy_metrics
+from hyperscalees.tasks import TASKS
+from hyperscalees.tasks.rl import RLTask, envs
+from hyperscalees.tasks.rl.normalize import RunningStats
+
+pytest.importorskip("gymnasium")
+pytestmark = pytest.mark.usefixtures("no_plot")
+
+
+def config(env="CartPole-v1", **engine):
+    return make_config("rl", es={"seed": 2, "population": 32},
+                       engine={"steps": 6, "eval_every": 3, "device": "cpu", **engine},
+                       options={"env": env, "eval_episodes": 20})
+
+
+def same(a, b, where="state"):
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def test_running_stats_fold_only_between_steps():
+    s = RunningStats(3)
+    x = torch.randn(50, 3, generator=torch.Generator().manual_seed(0))
+    mask = torch.arange(50) % 5 != 0
+    s.observe(x, mask)
+    assert torch.equal(s.mean_std()[0], torch.zeros(3))          # nothing folded yet: the step's stats are frozen
+    s.fold()
+    mean, std = s.mean_std()
+    kept = x[mask].double()
+    torch.testing.assert_close(mean, kept.mean(0).float())
+    torch.testing.assert_close(std, kept.std(0, unbiased=False).float())
+    s.observe(torch.tensor([[float("nan"), 1.0, 2.0]]), torch.tensor([True]))
+    s.fold()
+    assert bool(torch.isfinite(s.mean_std()[0]).all())
+
+
+def test_cartpole_is_solved_in_a_few_steps():
+    summary = run(make_config("rl", es={"seed": 0}, engine={"steps": 12, "eval_every": 4, "device": "cpu"},
+                              options={"env": "CartPole-v1"}), LocalBackend())
+    assert summary["metrics"]["eval_return"] >= 475 and summary["solved"]
+
+
+def test_resume_is_bit_identical_with_observation_statistics(tmp_path):
+    run(config(out=str(tmp_path / "straight")), LocalBackend())
+    run(config(steps=3, out=str(tmp_path / "resumed")), LocalBackend())
+    assert float(load_checkpoint(tmp_path / "resumed").task["stats"]["count"]) > 0
+    run(config(resume=str(tmp_path / "resumed")), LocalBackend())
+    a, b = load_checkpoint(tmp_path / "straight"), load_checkpoint(tmp_path / "resumed")
+    same(a.model, b.model, "model")                 # the policy's normalisation buffers included
+    same(a.strategy, b.strategy, "strategy")
+    same(a.task, b.task, "task")
+
+
+def test_a_reloaded_policy_gives_the_same_evaluation_returns(tmp_path):
+    summary = run(config(out=str(tmp_path / "run")), LocalBackend())
+    _, task, model, _ = load_run(tmp_path / "run")
+    again = task.evaluate(model)
+    assert again["eval_return"] == summary["metrics"]["eval_return"]
+    assert again["eval_return_std"] == summary["metrics"]["eval_return_std"]
+
+
+def test_pendulum_runs_on_the_torch_dynamics():
+    task = RLTask(seed=0, options={"env": "Pendulum-v1", "eval_episodes": 3})
+    model = task.build_model()
+    f = task.fitness(model, 0, 4, step=0)
+    assert f.shape == (4, 1) and bool(torch.isfinite(f).all()) and float(f.max()) < 0
+    assert task.env_steps == 4 * 200
+
+
+def test_unknown_env_and_unsupported_spaces_are_named():
+    with pytest.raises(ValueError, match="unknown environment 'CartPole-v9'.*CartPole-v1"):
+        RLTask(options={"env": "CartPole-v9"})
+    with pytest.raises(ValueError, match="only flat \\(Box\\) observations"):
+        RLTask(options={"env": "Blackjack-v1"})
+
+
+class BrokenEnv:
+    """CartPole whose env 1 reports a NaN reward and env 2 a NaN observation at step 3."""
+
+    def __init__(self, env_id, n, device):
+        self.inner = envs.GymVectorEnv("CartPole-v1", n, device, "vector_entry_point")
+        self.spaces, self.num_envs, self.t = self.inner.spaces, n, 0
+
+    def reset(self, keys):
+        self.t = 0
+        return self.inner.reset(keys)
+
+    def step(self, actions):
+        obs, reward, term, trunc = self.inner.step(actions)
+        self.t += 1
+        if self.t == 3 and self.num_envs > 2:
+            reward[1] = float("nan")
+            obs[2, 0] = float("inf")
+        return obs, reward, term, trunc
+
+    def close(self):
+        pass
+
+
+def test_a_broken_env_counts_as_the_worst_episode_and_never_reaches_the_weights(monkeypatch):
+    monkeypatch.setitem(envs.BUILDERS, "CartPole-v1", BrokenEnv)
+    monkeypatch.setattr(strategy_metrics, "_warned_nonfinite", False)
+    with pytest.warns(RuntimeWarning, match="2 non-finite fitness"):  # the two broken episodes of step 1
+        summary = run(make_config("rl", es={"seed": 1, "population": 8}, engine={"steps": 2, "device": "cpu"},
+                                  options={"env": "CartPole-v1", "eval_episodes": 5}), LocalBackend())
+    assert math.isfinite(summary["metrics"]["eval_return"]) and summary["metrics"]["eval_broken"] == 2
+    task = RLTask(seed=1, options={"env": "CartPole-v1", "eval_episodes": 5})
+    f = task.fitness(task.build_model(), 0, 4, step=0)
+    assert bool(torch.isnan(f[1, 0])) and bool(torch.isnan(f[2, 0])) and bool(torch.isfinite(f[[0, 3]]).all())
+
+
+def test_rl_is_a_registered_task():
+    assert TASKS["rl"] is RLTask and RLTask.metric == "eval_return"
