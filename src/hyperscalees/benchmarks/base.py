@@ -33,6 +33,10 @@ from ..noise import native
 MIB = 1024 * 1024
 
 
+class BenchSetupError(RuntimeError):
+    """A benchmark cannot set up what it measures (a venv it builds, a file it needs); the message says why."""
+
+
 # -- timing ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Timing:

@@ -4,7 +4,13 @@ Each benchmark answers one question (see ``hyperscalees.benchmarks``) and prints
 readable table; with ``--json`` its last stdout line is one JSON object. ``gpu`` measures
 on CUDA when there is one and also takes ``--dtype`` and ``--repeats``.
 
-The comparison with other PyPI libraries is not here: it installs them into throw-away
+``rl`` trains ES and PPO (stable-baselines3) to an RL target under the same wall-clock
+budget and takes ``--seeds``, ``--envs``, ``--budget`` and ``--plot``; ``--threads``
+(default 1) goes to its runs. PPO runs inside a throw-away venv that ``rl`` builds once
+under the user cache, never in this environment, through ``bench/ppo_anchor.py``, so ``rl``
+works from a source checkout only.
+
+The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
 source checkout only (``python bench/peers.py --help``).
 """
@@ -13,15 +19,20 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import math
 import sys
 from pathlib import Path
 from typing import Callable
 
-BENCHMARKS = ("throughput", "population", "calls", "gpu")
+BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl")
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
-OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"})}
+OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl"}),
+             "envs": frozenset({"rl"}), "budget": frozenset({"rl"}), "plot": frozenset({"rl"})}
+# Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
+CHILD_THREADS = frozenset({"rl"})
+RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
 # Benchmarks that live outside the installed package: name -> how to run them instead.
 MOVED = {"peers": "python bench/peers.py"}
 
@@ -38,7 +49,7 @@ def add_flags(p) -> None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure ES cost against inference, population scaling, RL calls, "
-                              "a GPU step vs inference", description=__doc__)
+                              "a GPU step vs inference, ES vs PPO to an RL target", description=__doc__)
     moved = "; ".join(f"{k}: run `{v}` from a source checkout" for k, v in MOVED.items())
     p.add_argument("name", choices=BENCHMARKS + tuple(MOVED), metavar="NAME",
                    help=f"{' | '.join(BENCHMARKS)}; {moved}")
@@ -47,6 +58,14 @@ def register(subparsers) -> None:
                    help="gpu only: parameter dtype (default: bf16 on cuda, fp32 on cpu)")
     p.add_argument("--repeats", type=_positive_int, default=None,
                    help="gpu only: timed repeats per configuration (default: 3 with --quick, else 10)")
+    p.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="S",
+                   help="rl only: seeds to run (default: 0 1 2 3 4; with --quick: 0)")
+    p.add_argument("--envs", nargs="+", default=None, choices=RL_ENVS, metavar="ENV",
+                   help=f"rl only: {' | '.join(RL_ENVS)} (default: both; with --quick: CartPole-v1)")
+    p.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
+                   help="rl only: wall-clock budget of every run, ES and PPO alike (default: 300; --quick: 60)")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                   help="rl only: draw mean eval return vs wall clock of both sides to this PNG (needs matplotlib)")
     p.set_defaults(func=run)
 
 
@@ -58,6 +77,26 @@ def _positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return n
+
+
+def _seed(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return n
+
+
+def _positive_float(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return x
 
 
 def run(args) -> int:
@@ -72,9 +111,16 @@ def run(args) -> int:
         print(f"hyperscalees bench {args.name}: --{stray[0]} applies to {' | '.join(sorted(OWN_FLAGS[stray[0]]))} "
               "only", file=sys.stderr)
         return 2
+    if args.name in CHILD_THREADS:
+        own["threads"], args.threads = args.threads or 1, None
     bench_run = importlib.import_module(f"hyperscalees.benchmarks.{args.name}").run
-    return measure(functools.partial(bench_run, **own), args,
-                   default_device="auto" if args.name in CUDA_FIRST else "cpu")
+    from ..benchmarks.base import BenchSetupError
+    try:
+        return measure(functools.partial(bench_run, **own), args,
+                       default_device="auto" if args.name in CUDA_FIRST else "cpu")
+    except BenchSetupError as e:
+        print(f"hyperscalees bench {args.name}: {e}", file=sys.stderr)
+        return 1
 
 
 def measure(bench_run: Callable, args, default_device: str = "cpu") -> int:
