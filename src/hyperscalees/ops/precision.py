@@ -66,5 +66,9 @@ def addmm_fp32_(out: Tensor, left: Tensor, right: Tensor, precision: str) -> Ten
             return out.addmm_(left, right)
     if out.device.type == "cuda":  # tensor cores, fp32 output straight from the GEMM
         dtype = OPERAND_DTYPES[precision]
-        return out.add_(torch.mm(left.to(dtype), right.to(dtype), out_dtype=torch.float32))
+        try:
+            return out.add_(torch.mm(left.to(dtype), right.to(dtype), out_dtype=torch.float32))
+        except (TypeError, RuntimeError):  # a torch without mm(out_dtype=): rounded operands are exact
+            with tf32_matmuls():          # in TF32 (10 mantissa bits >= bf16's 7, fp16's 10)
+                return out.addmm_(*round_operands(left, right, precision))
     return out.addmm_(*round_operands(left, right, precision))  # the same rounding, summed in fp32
