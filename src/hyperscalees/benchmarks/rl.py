@@ -48,8 +48,8 @@ THRESHOLDS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}
 PPO_PACKAGES = ("torch==2.13.0", "stable-baselines3", "gymnasium==1.4.0")
 READY_FILE = ".hyperscalees-ready"  # written last: a venv without it is a broken install and is rebuilt
 ES_EVAL_EVERY = 5     # ES steps between evaluations (the ES side may tune this)
-# Per-env ES settings, the counterpart of PPO's rl-zoo tuned ones (found by a small sweep on
-# Pendulum-v1, seed 0: see the README). Anything not listed runs the rl task's defaults.
+# Per-env ES settings, the counterpart of PPO's rl-zoo tuned ones, from a small sweep on Pendulum-v1
+# (README: not yet robust, 3 of 5 seeds). Anything not listed runs the rl task's defaults.
 ES_FLAGS = {"Pendulum-v1": ["--episodes", "2", "--population", "256", "--sigma", "0.1", "--lr", "0.1",
                             "--rank", "8"]}
 STARTUP_SLACK_S = 300  # past the budget before a run is killed: interpreter, imports, env and model set-up

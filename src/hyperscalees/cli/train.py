@@ -65,6 +65,12 @@ HELP = {
     "hidden": "width of the hidden layer(s)", "activation": "nonlinearity between layers",
     "batch": "examples every member scores per step", "holdout": "fraction of the data held out, in (0, 1)",
     "points": "grid points on [-2, 2] the fitness is measured on (>= 2)",
+    "env": "gymnasium environment id (CartPole-v1 and Pendulum-v1 run batched; others as a sync vector env)",
+    "episodes": "episodes per member per step; their returns are averaged",
+    "layers": "hidden layers of the policy", "max_steps": "cap on episode length (0: the environment's limit)",
+    "eval_episodes": "episodes of the unperturbed policy per evaluation (fixed starts)",
+    "normalize": "leave observations unnormalised (by default: running mean/std shared by the population)",
+    "threads": "torch threads for rollouts and evaluations (1: small policies run fastest on one)",
 }
 OPTION_CHOICES = {"activation": tuple(ACTIVATIONS)}
 METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
