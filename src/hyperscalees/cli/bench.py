@@ -69,24 +69,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return n
+def _int_at_least(minimum: int):
+    """An argparse type: a whole number >= ``minimum``, refused with the bad text otherwise."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = minimum - 1
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return n
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return n
+_positive_int, _seed = _int_at_least(1), _int_at_least(0)
 
 
 def _positive_float(text: str) -> float:

@@ -110,17 +110,21 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor | int, dtype=t
     return _cast(out, pop.distribution, dtype)
 
 
+def _flat_index(k: int, index: Tensor | int, per_pair: bool) -> tuple[tuple[int, ...], Tensor | None]:
+    """(output shape, contiguous int32 index as (n,) or (K, n)) of a draw; None for elements 0..n−1."""
+    if isinstance(index, int):
+        return (k, index), None
+    shape = (k, *index.shape[1:]) if per_pair else (k, *index.shape)
+    per = max(1, index[0].numel() if per_pair else index.numel())
+    return shape, (index.reshape(k, per) if per_pair else index.reshape(per)).to(torch.int32).contiguous()
+
+
 def _draw_native(key: int, pairs: Tensor, index: Tensor | int, dtype, per_pair: bool, distribution: str) -> Tensor:
     """:func:`draw` on a CPU with the compiled loop: pair keys and hash -> 2u − 1 in two calls
     (bit-identical to the torch ops), then erfinv."""
     pk = native.pair_keys(key, mix_int(key), pairs)
     k = pk.shape[0]
-    if isinstance(index, int):
-        shape, idx = (k, index), None
-    else:
-        shape = (k, *index.shape[1:]) if per_pair else (k, *index.shape)
-        per = max(1, index[0].numel() if per_pair else index.numel())
-        idx = (index.reshape(k, per) if per_pair else index.reshape(per)).to(torch.int32).contiguous()
+    shape, idx = _flat_index(k, index, per_pair)
     out = torch.empty(shape, dtype=torch.float32)
     finish_gaussian_(native.centred_uniform_(pk, idx, out.view(k, -1), per_pair), distribution)
     return _cast(out, distribution, dtype)
@@ -131,12 +135,7 @@ def _draw_fused(pop: Population, words: Tensor, pairs: Tensor, index: Tensor | i
     """:func:`draw` as one Triton launch, written straight in ``dtype`` (no cast pass)."""
     k = pairs.shape[0]
     device = pairs.device
-    if isinstance(index, int):
-        shape, idx = (k, index), None
-    else:
-        shape = (k, *index.shape[1:]) if per_pair else (k, *index.shape)
-        per = max(1, index[0].numel() if per_pair else index.numel())
-        idx = (index.reshape(k, per) if per_pair else index.reshape(per)).to(torch.int32).contiguous()
+    shape, idx = _flat_index(k, index, per_pair)
     out_dtype = dtype if dtype.is_floating_point or (pop.distribution == "int" and dtype == torch.int8) \
         else torch.float32
     out = torch.empty(shape, dtype=out_dtype, device=device)
