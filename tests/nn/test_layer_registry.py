@@ -28,6 +28,15 @@ def distinct_members(y, rows):
     return all(not torch.allclose(ys[0], ys[i]) for i in range(1, P))
 
 
+def population_forward_matches_members(model, es, x, rows):
+    """One perturbed forward of all P members: outputs differ per member and each equals its
+    materialized model."""
+    with es.perturbed():
+        y = model(x)
+    assert distinct_members(y, rows)
+    assert_members(model, es, x, y, rows)
+
+
 # -- a module that owns a parameter and has perturbed children (RWKV-7's time-mix shape) -----
 class Mix(nn.Module):
     def __init__(self, d):
@@ -46,10 +55,7 @@ def test_parent_with_children_perturbs_its_own_vector_and_its_children_as_a_popu
     es = cls(model, population=P, sigma=0.1, rank=rank, seed=2)
     assert es.specs["0.mu"].mode == ESMode.PARAM and es.specs["0.proj.weight"].mode == ESMode.MM_PARAM
     x = torch.randn(P * 3, 6)
-    with es.perturbed():
-        y = model(x)
-    assert distinct_members(y, 3)
-    assert_members(model, es, x, y, 3)
+    population_forward_matches_members(model, es, x, 3)
     est = es.gradient_estimate(torch.randn(P))
     assert all(float(est[n].norm()) > 0 for n in ("0.mu", "0.proj.weight", "2.mu", "2.proj.bias"))
 
@@ -105,10 +111,7 @@ def test_hf_conv1d_is_lowrank_and_equals_materialized_members(cls, rank):
     assert es.specs["0.weight"].mode == ESMode.MM_PARAM
     assert es.strategy.is_lowrank(es.specs["0.weight"]) == (cls is hs.EGGROLL)
     x = torch.randn(P * 2, 4, 5)  # (members x 2 sequences, tokens, features)
-    with es.perturbed():
-        y = model(x)
-    assert distinct_members(y, 2)
-    assert_members(model, es, x, y, 2)
+    population_forward_matches_members(model, es, x, 2)
 
 
 class LargestTensor(TorchDispatchMode):
@@ -291,10 +294,7 @@ def test_user_registered_layer_replaces_the_fallback():
         es = hs.EGGROLL(model, population=P, sigma=0.1, rank=2, seed=4)
         assert es.specs["0.weight"].mode == ESMode.MM_PARAM and es.specs["0.gain"].mode == ESMode.PARAM
         x = torch.randn(P * 3, 5)
-        with es.perturbed():
-            y = model(x)
-        assert distinct_members(y, 3)
-        assert_members(model, es, x, y, 3)
+        population_forward_matches_members(model, es, x, 3)
         assert es.store().unapplied() == []
     finally:
         unregister_layer(layer)
