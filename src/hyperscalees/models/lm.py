@@ -1,0 +1,81 @@
+"""What a language model is to the ``lm`` task, and the registry of them (``LM_MODELS``).
+
+Dimensions: B streams (for a population forward, B = P·M member-major rows: rows
+[i·M, (i+1)·M) belong to member i), T tokens per window, V vocabulary, D width.
+
+Every model the ``lm`` task trains -- the integer ones (``egg``, ``int8-transformer``) and the
+float reference (``float-gru``) -- is an ordinary ``nn.Module`` with this shape of forward:
+
+    logits, state = model(tokens, state)     # tokens (B, T) int64 -> logits (B, T, V) float32
+
+``logits`` are natural-log-scale scores (``log_softmax`` of them is the model's prediction);
+an integer model converts its integer logits to that scale exactly (e.g. int8 values that are
+base-2 log-probabilities in 1/16-bit units become ``y · ln2/16``). ``state`` is the recurrent
+state carried to the next window of the same streams (``None`` starts fresh); models without a
+state return ``None``. The task never looks inside a state: it only keeps it per stream and
+hands it back, so it must be a tensor or a tuple of tensors whose first dimension is B.
+
+Integer models keep their weights in integer dtypes and say how ES should move them through
+``es_defaults`` (an update rule that knows integers, a noise distribution, σ ...).
+"""
+from __future__ import annotations
+
+from typing import Callable, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+
+class AbstractLM(nn.Module):
+    """Base of every model in ``LM_MODELS``; concrete models are final.
+
+    Class attributes: ``is_integer`` (weights in integer dtypes, trained only by ES);
+    ``es_defaults`` (``ESConfig`` field overrides the ``lm`` task uses for this model unless the
+    user gives them, e.g. ``{"update_rule": "int_threshold", "distribution": "int", "sigma": ...}``).
+    """
+
+    is_integer: ClassVar[bool] = False
+    es_defaults: ClassVar[dict] = {}
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {vocab_size!r}")
+        self.vocab_size = int(vocab_size)
+
+    def forward(self, tokens: Tensor, state=None) -> tuple[Tensor, object]:
+        """(B, T) int64 token ids -> ((B, T, V) float32 natural-log-scale logits, next state)."""
+        raise NotImplementedError
+
+    def describe(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """(parameter name, shape, dtype) rows for ``hyperscalees arch``; all parameters by default."""
+        return [(n, tuple(p.shape), str(p.dtype).removeprefix("torch.")) for n, p in self.named_parameters()]
+
+
+LMBuilder = Callable[..., AbstractLM]
+LM_MODELS: dict[str, LMBuilder] = {}
+
+
+def register_lm(name: str) -> Callable[[LMBuilder], LMBuilder]:
+    """Decorator: ``@register_lm("egg")`` on a class (or builder) taking ``vocab_size`` and size kwargs."""
+    def wrap(builder: LMBuilder) -> LMBuilder:
+        if name in LM_MODELS:
+            raise ValueError(f"language model {name!r} is registered twice")
+        LM_MODELS[name] = builder
+        return builder
+    return wrap
+
+
+def build_lm(name: str, vocab_size: int, **sizes) -> AbstractLM:
+    """The model called ``name``; a ValueError names a bad name and the choices."""
+    if name not in LM_MODELS:
+        raise ValueError(f"unknown language model {name!r}; choose one of {sorted(LM_MODELS)}")
+    return LM_MODELS[name](vocab_size=vocab_size, **sizes)
+
+
+def natural_logits_from_log2_sixteenths(y: Tensor) -> Tensor:
+    """Integer logits in 1/16-bit base-2 units -> float32 natural-log scale (exact up to fp32)."""
+    return y.to(torch.float32) * (torch.log(torch.tensor(2.0)).item() / 16.0)
+
+
+__all__ = ["AbstractLM", "LM_MODELS", "build_lm", "natural_logits_from_log2_sixteenths", "register_lm"]
