@@ -119,6 +119,7 @@ class RayBackend(AbstractBackend):
         self.updates: list = []                       # refs of updates not yet read
         self.es = self.task = self.cfg = None
         self._owns_ray = False
+        self._workers_at_close = 0
         self._ray = None
         self._state = (None, None)                    # (step, object ref) of the shared state
 
@@ -180,6 +181,7 @@ class RayBackend(AbstractBackend):
     def close(self) -> None:
         if self._ray is None:
             return
+        self._workers_at_close = len(self.actors)
         for actor in self.actors.values():
             self._ray.kill(actor)
         self.actors.clear()
@@ -294,7 +296,7 @@ class RayBackend(AbstractBackend):
     def report(self) -> dict:
         """What the coordinator counted over the run."""
         c = self.counters
-        return {"workers": len(self.actors), "assigned": c.assigned, "reissued": c.reissued,
+        return {"workers": len(self.actors) or self._workers_at_close, "assigned": c.assigned, "reissued": c.reissued,
                 "duplicates": c.duplicates, "failed": c.failed, "requeued": c.requeued, "rejected": self.rejected,
                 "drift_repairs": self.drift_repairs, "restarts": self.restarts, "bytes_in": self.bytes_in,
                 "bytes_out": self.bytes_out, "median_chunk_s": self.times.median}

@@ -14,8 +14,9 @@ the same noise from the same seeds as the coordinator), then only ever
   restarted or repaired: never by replaying history.
 
 It knows nothing about Ray (``ray.py`` wraps it in an actor), so it is tested in-process.
-``faults`` injects failures for the tests (each fires once, at the first chunk of its step):
-``{"die": step, "slow": {step: seconds}, "corrupt": {step: mode}, "drift": step}``.
+``faults`` injects failures for the tests, each once, at the first chunk this replica
+evaluates at or after its step: ``{"die": step, "slow": {step: seconds}, "corrupt": {step: mode}}``;
+``{"drift": step}`` nudges a weight right after the update of that step.
 """
 from __future__ import annotations
 
@@ -113,15 +114,21 @@ class Replica:
         return mine
 
     # -- fault injection (tests) ---------------------------------------------------------
+    def _due(self, kind: str, step: int):
+        """The value of the earliest fault of ``kind`` due at ``step`` (removed), or None."""
+        table = self.faults.get(kind, {})
+        due = [s for s in table if s <= step]
+        return table.pop(min(due)) if due else None
+
     def _maybe_stall(self, step: int) -> None:
-        if self.faults.get("die") == step:
+        if self.faults.get("die") is not None and self.faults["die"] <= step:
             os._exit(1)  # a real process death, mid-chunk
-        slow = self.faults.get("slow", {})
-        if step in slow:
-            time.sleep(slow.pop(step))
+        seconds = self._due("slow", step)
+        if seconds:
+            time.sleep(seconds)
 
     def _maybe_corrupt(self, step: int, msg: bytes) -> bytes:
-        mode = self.faults.get("corrupt", {}).pop(step, None)
+        mode = self._due("corrupt", step)
         if mode == "flip":
             return msg[:-1] + bytes([msg[-1] ^ 0x10])
         if mode == "truncate":
