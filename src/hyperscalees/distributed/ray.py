@@ -104,6 +104,11 @@ def start_ray(config: RayConfig) -> bool:
     return True
 
 
+def stop_ray() -> None:
+    """Disconnect from Ray (and stop the local instance this process started)."""
+    import_ray(local=False).shutdown()
+
+
 class RayBackend(AbstractBackend):
     """Chunks pulled by ``config.workers`` Ray actors; bit-identical to :class:`LocalBackend`."""
 
