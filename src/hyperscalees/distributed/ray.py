@@ -135,6 +135,10 @@ class RayBackend(AbstractBackend):
             raise ValueError(f"the ray backend cannot run task {task.name!r} yet: its fitness accumulates state "
                              f"({', '.join(sorted(state))}) that the workers' chunks would have to merge; "
                              "use --backend local")
+        device = cfg.engine.device
+        if device is not None and device.startswith("cuda") and not self.config.gpus_per_worker:
+            raise ValueError(f"--device {device} on Ray workers needs --gpus-per-worker > 0 (Ray hides GPUs "
+                             "from actors that reserve none)")
         self.cfg, self.task, self.es = cfg, task, es
         self._owns_ray = start_ray(self.config)
         self._ray = import_ray(local=self.config.address is None)
