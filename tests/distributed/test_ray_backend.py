@@ -25,6 +25,7 @@ from hyperscalees.cli.main import main
 from hyperscalees.engine.loop import build
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
+pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup (make test) one worker runs them all: one Ray
 
 
 @pytest.fixture(scope="module")

@@ -104,6 +104,11 @@ def start_ray(config: RayConfig) -> bool:
     return True
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
 def stop_ray() -> None:
     """Disconnect from Ray (and stop the local instance this process started)."""
     import_ray(local=False).shutdown()
@@ -154,6 +159,8 @@ class RayBackend(AbstractBackend):
             raise RuntimeError(f"{self.config.workers} workers did not start within {self.config.startup_timeout:g}"
                                f" s: does the cluster have {self.config.cpus_per_worker:g} CPU(s) and "
                                f"{self.config.gpus_per_worker:g} GPU(s) free for each?") from None
+        except ray.exceptions.RayError as e:
+            raise RuntimeError(f"a Ray worker failed to start: {_first_line(e)}") from None
 
     def _state_ref(self):
         """The coordinator's current state in Ray's object store, made once per step."""
@@ -244,7 +251,7 @@ class RayBackend(AbstractBackend):
             if step == queue.step:
                 queue.fail(c.index, slot)
             if not stale:
-                self._lost(slot, type(e).__name__)
+                self._lost(slot, f"{type(e).__name__}: {_first_line(e)}")
             return
         except ray.exceptions.RayTaskError as e:
             if not isinstance(e.cause, ReplicaDrift):
