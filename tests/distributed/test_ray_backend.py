@@ -33,7 +33,7 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     from hyperscalees.distributed.ray import start_ray
 
-    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_AUTH_MODE")}
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
     home = tempfile.mkdtemp(prefix="hsh", dir="/tmp")    # Ray's auth token lands in $HOME/.ray
     temp = tempfile.mkdtemp(prefix="hsr", dir="/tmp")    # short: Ray's socket paths must fit 107 bytes
     os.environ["HOME"] = home
