@@ -233,7 +233,8 @@ class RayBackend(AbstractBackend):
         self.step_times[es.step] = time.perf_counter() - t0
         parts = queue.results()
         if len({p.shape[1:] for p in parts}) > 1:
-            raise ValueError(f"fitness_fn returned different shapes per chunk: {sorted({tuple(p.shape) for p in parts})}")
+            shapes = sorted({tuple(p.shape) for p in parts})
+            raise ValueError(f"the task's fitness returned different shapes per chunk: {shapes}")
         return torch.cat(parts)
 
     def default_chunk(self, population: int) -> int:

@@ -126,11 +126,12 @@ def encode(kind: int, step: int, offset: int, values, encoding: int = F32) -> by
     if kind not in KINDS:
         raise ValueError(f"unknown message kind {kind!r}; choose one of {sorted(KINDS)}")
     values = torch.as_tensor(values)
-    if values.dim() not in (1, 2) or values.shape[0] == 0 or values.shape[0] > MAX_COUNT:
+    if values.dim() not in (1, 2) or values.numel() == 0 or values.shape[0] > MAX_COUNT:
         raise ValueError(f"values must be (count,) or (count, width) with count >= 1, got {tuple(values.shape)}")
     width = 1 if values.dim() == 1 else int(values.shape[1])
     payload = _payload(values, encoding)
-    fields = (MAGIC, VERSION, kind, encoding, int(values.dim() == 2), int(step), int(offset), values.shape[0], width, len(payload))
+    flags = MATRIX if values.dim() == 2 else 0
+    fields = (MAGIC, VERSION, kind, encoding, flags, int(step), int(offset), values.shape[0], width, len(payload))
     head = _HEAD.pack(*fields, 0)
     crc = zlib.crc32(payload, zlib.crc32(head))
     return _HEAD.pack(*fields, crc) + payload
