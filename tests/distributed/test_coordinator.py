@@ -82,3 +82,15 @@ def test_results_before_done_say_how_many_are_missing():
     q = ChunkQueue(4, split(4, 2), counters=Counters())
     with pytest.raises(RuntimeError, match="step 4: 2 chunks still missing"):
         q.results()
+
+
+def test_a_chunk_that_keeps_failing_ends_the_step_with_its_reason():
+    from hyperscalees.distributed.coordinator import ChunkFailedError
+    q = ChunkQueue(7, split(4, 2), max_failures=3)
+    for attempt in range(2):
+        c = q.assign("a")
+        assert c.index == 0
+        q.fail(c.index, "a", "checksum mismatch")
+    c = q.assign("a")
+    with pytest.raises(ChunkFailedError, match=r"members \[0, 2\) of step 7 failed 3 times; last: checksum mismatch"):
+        q.fail(c.index, "a", "checksum mismatch")

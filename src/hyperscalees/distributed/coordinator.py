@@ -10,7 +10,10 @@ Pure Python and a clock, no Ray, so every rule is tested directly (and measured 
 
 Results go to :meth:`complete` (True: accepted; False: a duplicate, counted and dropped),
 failures (a dead worker, a message the wire decoder refused) to :meth:`fail`, which puts
-the chunk back at the front of the queue unless another copy is still running.
+the chunk back at the front of the queue unless another copy is still running. A chunk that
+fails ``max_failures`` times in one step raises :class:`ChunkFailedError`: a fault that
+repeats (a task that returns the wrong shape, a worker build that always sends garbage) ends
+the run with its reason instead of looping forever.
 
 The straggler timeout is ``straggler_timeout`` seconds when given, else ``factor`` x the
 median of recent chunk times (never below ``floor``); before any chunk has finished it is
@@ -23,6 +26,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
+
+
+class ChunkFailedError(RuntimeError):
+    """One chunk failed too often within a step."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,8 @@ class ChunkQueue:
     """One step's chunks and who runs them; ``results()`` once :attr:`done`."""
 
     def __init__(self, step: int, chunks: list[Chunk], times: ChunkTimes | None = None,
-                 counters: Counters | None = None, clock: Callable[[], float] = time.monotonic):
+                 counters: Counters | None = None, clock: Callable[[], float] = time.monotonic,
+                 max_failures: int = 10):
         self.step = step
         self.chunks = list(chunks)
         self.times = times or ChunkTimes()
@@ -100,6 +108,8 @@ class ChunkQueue:
         self.pending: deque[int] = deque(c.index for c in self.chunks)   # never started, or put back
         self.running: dict[int, dict[Hashable, float]] = {}             # chunk -> {worker: start time}
         self.values: dict[int, object] = {}
+        self.failures: dict[int, int] = {}
+        self.max_failures = max_failures
 
     @property
     def done(self) -> bool:
@@ -138,11 +148,16 @@ class ChunkQueue:
         self.running.pop(index, None)
         return True
 
-    def fail(self, index: int, worker: Hashable) -> None:
+    def fail(self, index: int, worker: Hashable, why: str = "") -> None:
         """``worker``'s run of chunk ``index`` is lost: run it again unless a copy is still out."""
         runs = self.running.get(index, {})
         runs.pop(worker, None)
         self.counters.failed += 1
+        self.failures[index] = self.failures.get(index, 0) + 1
+        if self.failures[index] >= self.max_failures and index not in self.values:
+            c = self.chunks[index]
+            raise ChunkFailedError(f"members [{c.lo}, {c.hi}) of step {self.step} failed {self.failures[index]} "
+                                   f"times; last: {why or 'unknown'}")
         if index in self.values or runs:
             return
         self.running.pop(index, None)

@@ -249,10 +249,11 @@ class RayBackend(AbstractBackend):
         try:
             data = ray.get(ref)
         except ray.exceptions.RayActorError as e:
-            if step == queue.step:
-                queue.fail(c.index, slot)
+            why = f"{type(e).__name__}: {_first_line(e)}"
             if not stale:
-                self._lost(slot, f"{type(e).__name__}: {_first_line(e)}")
+                self._lost(slot, why)
+            if step == queue.step:
+                queue.fail(c.index, slot, f"worker {slot} died ({why})")
             return
         except ray.exceptions.RayTaskError as e:
             if not isinstance(e.cause, ReplicaDrift):
@@ -260,9 +261,9 @@ class RayBackend(AbstractBackend):
                                    f"{e.cause!r}") from e.cause
             self.drift_repairs += 1
             log.warning("worker %d drifted (%s): re-sending the coordinator's state", slot, e.cause)
-            if step == queue.step:
-                queue.fail(c.index, slot)
             self.actors[slot].load.remote(self._state_ref())
+            if step == queue.step:
+                queue.fail(c.index, slot, f"worker {slot} drifted")
             return
         self.bytes_in += len(data)
         if step != queue.step:       # a straggler's copy of a step already closed
@@ -274,9 +275,9 @@ class RayBackend(AbstractBackend):
             self.rejected += 1
             log.warning("worker %d: result for members [%d, %d) of step %d refused: %s; recomputing",
                         slot, c.lo, c.hi, step, e)
-            queue.fail(c.index, slot)
             if "step" in str(e) and not stale:   # a replica at another step: give it the current state
                 self.actors[slot].load.remote(self._state_ref())
+            queue.fail(c.index, slot, f"worker {slot}'s result refused: {e}")
             return
         queue.complete(c.index, slot, msg.values)
 

@@ -92,6 +92,9 @@ class Replica:
         self._maybe_stall(step)
         with self.es.perturbed((lo, hi)):
             f = torch.as_tensor(self.task.fitness(self.es.model, lo, hi, step=self.es.step)).float().cpu()
+        if f.dim() not in (1, 2) or f.shape[0] != hi - lo:
+            raise ValueError(f"task {self.task.name!r} returned fitness of shape {tuple(f.shape)} for members "
+                             f"[{lo}, {hi}); expected ({hi - lo},) or ({hi - lo}, G)")
         encoding = wire.F32
         if self.ternary and f.dim() == 1 and bool(torch.isfinite(f).all()):
             f, encoding = self.es.strategy.shaping(f), wire.TERNARY  # exact: see ternary_results
