@@ -84,3 +84,14 @@ def test_ray_backend_refuses_a_task_whose_fitness_keeps_state():
 
     with pytest.raises(ValueError, match="cannot run task 'counting' yet: its fitness accumulates state"):
         RayBackend().start(None, Stateful(), None)
+
+
+def test_backend_flags_reach_the_ray_config_and_chunk_size_is_chunk():
+    from hyperscalees.cli.main import build_parser
+    from hyperscalees.cli.train import backend_from_args, config_from_args
+    args = build_parser().parse_args(["train", "xor", "--backend", "ray", "--workers", "3", "--address", "auto",
+                                      "--gpus-per-worker", "0.5", "--straggler-timeout", "2.5", "--chunk-size", "64"])
+    backend = backend_from_args(args)
+    assert backend.config == RayConfig(workers=3, address="auto", gpus_per_worker=0.5, straggler_timeout=2.5)
+    assert config_from_args(args).engine.chunk == 64
+    assert config_from_args(build_parser().parse_args(["train", "xor", "--chunk", "32"])).engine.chunk == 32
