@@ -261,7 +261,8 @@ class RayBackend(AbstractBackend):
                                    f"{e.cause!r}") from e.cause
             self.drift_repairs += 1
             log.warning("worker %d drifted (%s): re-sending the coordinator's state", slot, e.cause)
-            self.actors[slot].load.remote(self._state_ref())
+            if not stale:
+                self.actors[slot].load.remote(self._state_ref())
             if step == queue.step:
                 queue.fail(c.index, slot, f"worker {slot} drifted")
             return
@@ -307,8 +308,11 @@ class RayBackend(AbstractBackend):
                 continue
             try:
                 self._ray.get(ref)
-            except self._ray.exceptions.RayError:
+            except self._ray.exceptions.RayActorError:
                 pass  # a dead worker: its next evaluate fails and is handled there
+            except self._ray.exceptions.RayTaskError as e:  # it stays a step behind: its next result is
+                log.warning("worker %d failed to apply an update (%s); it will be re-sent the state",  # refused
+                            slot, _first_line(e.cause if e.cause is not None else e))
         self.updates = keep
 
     def report(self) -> dict:
