@@ -136,10 +136,10 @@ class RayBackend(AbstractBackend):
     # -- life cycle ------------------------------------------------------------------------
     def start(self, cfg, task, es) -> None:
         state = task.state_dict()
-        if state:
-            raise ValueError(f"the ray backend cannot run task {task.name!r} yet: its fitness accumulates state "
-                             f"({', '.join(sorted(state))}) that the workers' chunks would have to merge; "
-                             "use --backend local")
+        if state and not task.merges_chunks():
+            raise ValueError(f"the ray backend cannot run task {task.name!r}: its fitness accumulates state "
+                             f"({', '.join(sorted(state))}) but it cannot merge the workers' chunks "
+                             "(AbstractTask.apply_chunk_log); use --backend local")
         device = cfg.engine.device
         if device is not None and device.startswith("cuda") and not self.config.gpus_per_worker:
             raise ValueError(f"--device {device} on Ray workers needs --gpus-per-worker > 0 (Ray hides GPUs "
@@ -213,6 +213,7 @@ class RayBackend(AbstractBackend):
                                "(the engine calls it)")
         t0 = time.perf_counter()
         self._drain_updates()
+        self.task.begin_step(es.model, es.step)  # what a fitness call would set up first
         queue = ChunkQueue(es.step, split(es.population, chunk or self.default_chunk(es.population)),
                            self.times, self.counters)
         while not queue.done:
@@ -231,7 +232,10 @@ class RayBackend(AbstractBackend):
             for ref in ready:
                 self._collect(ref, queue)
         self.step_times[es.step] = time.perf_counter() - t0
-        parts = queue.results()
+        parts = [values for values, _ in queue.results()]
+        for _, log in queue.results():  # in member order: the operations of the in-process run
+            if log is not None:
+                self.task.apply_chunk_log(log)
         if len({p.shape[1:] for p in parts}) > 1:
             shapes = sorted({tuple(p.shape) for p in parts})
             raise ValueError(f"the task's fitness returned different shapes per chunk: {shapes}")
@@ -247,7 +251,7 @@ class RayBackend(AbstractBackend):
         slot, gen, step, c = self.inflight.pop(ref)
         stale = self.generation.get(slot) != gen or slot not in self.actors
         try:
-            data = ray.get(ref)
+            data, log = ray.get(ref)
         except ray.exceptions.RayActorError as e:
             why = f"{type(e).__name__}: {_first_line(e)}"
             if not stale:
@@ -280,7 +284,7 @@ class RayBackend(AbstractBackend):
                 self.actors[slot].load.remote(self._state_ref())
             queue.fail(c.index, slot, f"worker {slot}'s result refused: {e}")
             return
-        queue.complete(c.index, slot, msg.values)
+        queue.complete(c.index, slot, (msg.values, log))
 
     def update(self, es, shaped):
         shaped = torch.as_tensor(shaped).float().cpu().reshape(-1)
@@ -289,8 +293,10 @@ class RayBackend(AbstractBackend):
         metrics = es.update(shaped)
         k = self.config.hash_every
         expected = state_hash(es.model) if k and es.step % k == 0 else None
+        task_state = self.task.state_dict()
+        task_state = self._ray.put(task_state) if task_state else None  # merged: every chunk's share
         for slot, actor in self.actors.items():
-            self.updates.append((slot, self.generation[slot], actor.update.remote(message, expected)))
+            self.updates.append((slot, self.generation[slot], actor.update.remote(message, expected, task_state)))
             self.bytes_out += len(message)
         return metrics
 

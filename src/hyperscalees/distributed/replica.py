@@ -39,9 +39,10 @@ class ReplicaDrift(RuntimeError):
 
 
 def state_hash(model: torch.nn.Module) -> str:
-    """SHA-256 of every tensor of the model's state, in name order, bit for bit."""
+    """SHA-256 of the model's parameters, in name order, bit for bit (buffers that a task derives
+    from its own state, like observation statistics, are set per step by fitness, not by updates)."""
     h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
+    for name, t in sorted(model.named_parameters()):
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
@@ -61,6 +62,7 @@ class Replica:
             torch.set_num_threads(threads)
         self.cfg = TrainConfig.from_dict(config)
         self.task, self.model, self.es = build(self.cfg)
+        self.task.record_chunks = True  # a task that accumulates state keeps what each chunk added
         self.ternary = ternary_results(self.es)
         self.faults = dict(faults or {})
         self.drifted: str | None = None
@@ -81,8 +83,9 @@ class Replica:
         self.drifted = None
         return state_hash(self.model)
 
-    def evaluate(self, step: int, lo: int, hi: int) -> bytes:
-        """RESULT message with the fitness of members [lo, hi) at this replica's step.
+    def evaluate(self, step: int, lo: int, hi: int) -> tuple[bytes, dict | None]:
+        """(RESULT message with the fitness of members [lo, hi) at this replica's step, the task's chunk
+        log: what this chunk added to the task state, None for stateless tasks).
 
         ``step`` is what the coordinator expects; a replica at another step still answers with
         its own, and the coordinator's decoder refuses it and re-sends the state.
@@ -98,12 +101,15 @@ class Replica:
         encoding = wire.F32
         if self.ternary and f.dim() == 1 and bool(torch.isfinite(f).all()):
             f, encoding = self.es.strategy.shaping(f), wire.TERNARY  # exact: see ternary_results
-        return self._maybe_corrupt(step, wire.encode(wire.RESULT, self.es.step, lo, f, encoding))
+        return self._maybe_corrupt(step, wire.encode(wire.RESULT, self.es.step, lo, f, encoding)), self.task.chunk_log()
 
-    def update(self, message: bytes, expected_hash: str | None = None) -> str | None:
-        """Apply the SHAPED message of this step; with ``expected_hash``, compare the result."""
+    def update(self, message: bytes, expected_hash: str | None = None, task_state: dict | None = None) -> str | None:
+        """Apply the SHAPED message of this step; with ``expected_hash``, compare the result. ``task_state``:
+        the coordinator's task state after the step (every worker's chunks merged), for stateful tasks."""
         msg = wire.decode(message, wire.SHAPED, self.es.step, 0, self.es.population)
         self.es.update(msg.values)
+        if task_state is not None:
+            self.task.load_state_dict(task_state)
         if self.faults.get("drift") == self.es.step - 1:
             del self.faults["drift"]
             with torch.no_grad():
