@@ -171,3 +171,19 @@ def test_sigkill_of_the_coordinator_then_resume_equals_an_uninterrupted_run(ray_
     code, _, err = invoke(["train", "xor", "--resume", str(out), "--backend", "ray", "--workers", "2"], capsys)
     assert code == 0, err
     assert_same_params(params(out), local_reference(tmp_path, "local", steps=steps))
+
+
+def test_rl_with_observation_statistics_on_ray_equals_the_local_run(ray_cluster, tmp_path, no_plot):
+    """A task whose fitness accumulates state (RL's running observation sums) on workers."""
+    pytest.importorskip("gymnasium")
+    es = {"seed": 3, "population": 16}
+    options = {"max_steps": 20, "hidden": 8, "layers": 1, "eval_episodes": 2}
+    out = {}
+    for name, backend in (("ray", RayBackend(RayConfig(workers=2, hash_every=1))), ("local", LocalBackend())):
+        cfg = make_config("rl", es=es, engine={"steps": 4, "chunk": 4, "out": str(tmp_path / name)}, options=options)
+        try:
+            out[name] = run(cfg, backend)
+        finally:
+            backend.close()
+    assert_same_params(params(tmp_path / "ray"), params(tmp_path / "local"))
+    assert out["ray"]["metrics"] == out["local"]["metrics"]   # env_steps and eval returns included

@@ -233,9 +233,9 @@ class RayBackend(AbstractBackend):
                 self._collect(ref, queue)
         self.step_times[es.step] = time.perf_counter() - t0
         parts = [values for values, _ in queue.results()]
-        for _, log in queue.results():  # in member order: the operations of the in-process run
-            if log is not None:
-                self.task.apply_chunk_log(log)
+        for _, chunk_log in queue.results():  # in member order: the operations of the in-process run
+            if chunk_log is not None:
+                self.task.apply_chunk_log(chunk_log)
         if len({p.shape[1:] for p in parts}) > 1:
             shapes = sorted({tuple(p.shape) for p in parts})
             raise ValueError(f"the task's fitness returned different shapes per chunk: {shapes}")
@@ -251,7 +251,7 @@ class RayBackend(AbstractBackend):
         slot, gen, step, c = self.inflight.pop(ref)
         stale = self.generation.get(slot) != gen or slot not in self.actors
         try:
-            data, log = ray.get(ref)
+            data, chunk_log = ray.get(ref)
         except ray.exceptions.RayActorError as e:
             why = f"{type(e).__name__}: {_first_line(e)}"
             if not stale:
@@ -284,7 +284,7 @@ class RayBackend(AbstractBackend):
                 self.actors[slot].load.remote(self._state_ref())
             queue.fail(c.index, slot, f"worker {slot}'s result refused: {e}")
             return
-        queue.complete(c.index, slot, (msg.values, log))
+        queue.complete(c.index, slot, (msg.values, chunk_log))
 
     def update(self, es, shaped):
         shaped = torch.as_tensor(shaped).float().cpu().reshape(-1)
