@@ -22,7 +22,7 @@ run: venv
 	$(BIN)/hyperscalees train digits --time-budget 120 --out runs/digits
 
 test: dev
-	$(BIN)/python -m pytest -q -n 2 tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests  # loadgroup: the Ray tests share one worker (one Ray)
 
 bench: venv
 	$(BIN)/hyperscalees bench throughput --quick

@@ -186,3 +186,20 @@ def test_kill_resume_measures_a_write_in_process(tmp_path):
     import kill_resume
     ms, share = kill_resume.write_timing("xor", tmp_path)
     assert ms > 0 and 0 < share < 1
+
+
+def test_distributed_quick_measures_wire_and_coordinator_without_ray():
+    from hyperscalees.benchmarks import distributed
+    d = distributed.run(quick=True, log=quiet).to_dict()
+    units = {r["unit"] for r in d["rows"]}
+    assert {"result bytes/member", "update bytes/member/worker", "ms CPU/step", "chunk results/s (CPU-bound)"} <= units
+    ternary = [r["value"] for r in d["rows"] if r["config"].startswith("ternary")]
+    f32 = [r["value"] for r in d["rows"] if r["config"].startswith("float32")]
+    assert all(t < f / 5 for t, f in zip(ternary, f32))  # 1.6 bits vs 32 per member, plus headers
+    assert d["coordinator_min_results_per_s"] > 0 and "ray1_ms_per_step" not in d
+
+
+def test_wire_bytes_approach_a_fifth_of_a_byte_per_member_for_ternary():
+    from hyperscalees.benchmarks import distributed
+    res, upd = distributed.wire_bytes(65536, 16)["ternary"]
+    assert 0.2 < res < 0.21 and 0.2 < upd < 0.201

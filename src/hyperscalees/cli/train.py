@@ -11,7 +11,7 @@ import argparse
 import signal
 import sys
 
-from ..distributed import LocalBackend
+from ..distributed import BACKEND_CONFIGS, BACKENDS, RayConfig, make_backend
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..models import ACTIVATIONS
 from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
@@ -61,6 +61,16 @@ HELP = {
     "update_precision": "operands of the update GEMM, accumulated in fp32: auto = the weights' bf16/fp16 or "
                         "TF32 on CUDA, fp32 on CPU",
     "overwrite": "replace a run already saved in --out (without it, that is refused)",
+    # distributed (--backend ray)
+    "workers": "Ray worker actors, each holding a model replica",
+    "address": "an existing Ray cluster: auto or HOST:PORT (default: start a local one on 127.0.0.1 only)",
+    "gpus_per_worker": "GPUs each worker actor reserves", "cpus_per_worker": "CPUs each worker actor reserves",
+    "straggler_timeout": "seconds before a running chunk is also handed to an idle worker "
+                         "(default: 3x the median chunk time)",
+    "hash_every": "steps between checks that every replica's parameters equal the coordinator's (0: never)",
+    "max_restarts": "new actors per worker slot after deaths before continuing with fewer workers",
+    "dashboard": "start Ray's dashboard (local Ray only, on 127.0.0.1)",
+    "temp_dir": "directory for a local Ray's session files (default: Ray's, /tmp/ray)",
     # task options (shared names mean the same thing in every task)
     "hidden": "width of the hidden layer(s)", "activation": "nonlinearity between layers",
     "batch": "examples every member scores per step", "holdout": "fraction of the data held out, in (0, 1)",
@@ -99,6 +109,13 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     eng = parser.add_argument_group("engine")
     flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps")},
                                  helps=HELP, metavars=METAVARS)
+    eng.add_argument("--chunk-size", dest="engine.chunk", action=StoreExplicit, type=int, default=argparse.SUPPRESS,
+                     metavar="N", help="same as --chunk")
+    dist = parser.add_argument_group("distributed")
+    dist.add_argument("--backend", dest="run.backend", action=StoreExplicit, choices=tuple(BACKENDS), default="local",
+                      help="where members are evaluated: local (this process) or ray (worker actors) (default: local)")
+    flags += add_dataclass_flags(dist, RayConfig, "backend", helps=HELP, skip=("faults", "startup_timeout"),
+                                 metavars={"address": "auto|HOST:PORT", "temp_dir": "DIR"})
     opt = parser.add_argument_group(f"{task_cls.name} options")
     for f in add_dataclass_flags(opt, task_cls.Options, "options", choices=OPTION_CHOICES, helps=HELP):
         assert f not in flags, f"task option {f} of {task_cls.name} collides with a core flag"
@@ -132,14 +149,22 @@ def run(args: argparse.Namespace) -> int:
         return fail(prog, str(e))
     except OSError as e:
         return fail(prog, os_error(e))
+    try:
+        backend = backend_from_args(args)
+    except (ValueError, TypeError) as e:
+        return fail(prog, str(e))
     for note in start_notes(cfg, explicit(args)):
         print(f"note: {note}", file=sys.stderr)
     try:
-        summary = run_engine(cfg, LocalBackend())
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        summary = run_engine(cfg, backend)
+        if hasattr(backend, "report"):
+            summary["backend"] = backend.report()
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         return fail(prog, str(e))
     except OSError as e:
         return fail(prog, os_error(e))
+    finally:
+        backend.close()
     for note in summary["notes"]:
         print(f"note: {note}", file=sys.stderr)
     print(json_line(summary) if cfg.engine.json else format_summary(summary))
@@ -147,6 +172,18 @@ def run(args: argparse.Namespace) -> int:
         print(interrupted_message(summary), file=sys.stderr)
         return 128 + signal.Signals[summary["signal"]].value
     return 0
+
+
+def backend_from_args(args: argparse.Namespace):
+    """The backend ``--backend`` names, configured by its flags (refused for a backend that has none)."""
+    name, typed = getattr(args, "run.backend"), explicit(args)
+    options = collect(args, "backend")
+    if name not in BACKEND_CONFIGS:
+        stray = sorted(k for k in options if f"backend.{k}" in typed)
+        if stray:
+            raise ValueError(f"--{stray[0].replace('_', '-')} needs --backend ray")
+        return make_backend(name)
+    return make_backend(name, options)
 
 
 def start_notes(cfg: TrainConfig, typed: frozenset[str]) -> list[str]:

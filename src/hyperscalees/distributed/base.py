@@ -21,6 +21,10 @@ FitnessFn = Callable[[nn.Module, int, int], Tensor]
 
 
 class AbstractBackend:
+    def start(self, cfg, task, es) -> None:
+        """Called by the engine once before the first step, with the run's config, task and ES
+        (a distributed backend starts workers that build the same ones; in-process: nothing)."""
+
     def evaluate(self, es, fitness_fn: FitnessFn, chunk: int | None = None) -> Tensor:
         """Fitness of the whole current population: (P,) or (P, G), on the CPU."""
         raise NotImplementedError

@@ -71,6 +71,7 @@ def run(cfg: TrainConfig, backend) -> dict:
         if out:
             remove_orphans(out)  # the files of a save a kill interrupted
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
+        backend.start(cfg, task, es)  # after the resume: workers start from the resumed state
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,

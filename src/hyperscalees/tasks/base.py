@@ -98,6 +98,26 @@ class AbstractTask:
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned; stateless tasks have nothing to restore."""
 
+    # -- distributed runs: a task whose fitness accumulates state -------------------------
+    # Workers evaluate chunks; the coordinator runs no fitness, yet must end each step with the
+    # state an in-process run would have. Such a task sets ``record_chunks`` on workers, returns
+    # what one fitness call added from :meth:`chunk_log`, and :meth:`apply_chunk_log` adds it on
+    # the coordinator (chunks in member order, so the same operations in the same order).
+    # :meth:`begin_step` is what fitness does first at a step (the coordinator calls it).
+    def begin_step(self, model: nn.Module, step: int) -> None:
+        """Per-step set-up a fitness call would do (nothing by default)."""
+
+    def chunk_log(self) -> dict | None:
+        """What the last fitness call added to the task state (None: stateless)."""
+        return None
+
+    def apply_chunk_log(self, log: dict) -> None:
+        raise NotImplementedError(f"task {self.name!r} cannot merge state accumulated on workers")
+
+    @classmethod
+    def merges_chunks(cls) -> bool:
+        return cls.apply_chunk_log is not AbstractTask.apply_chunk_log
+
 
 def make_options(cls: type, values: dict):
     """Build a task's Options from a dict, naming unknown keys and the valid ones."""

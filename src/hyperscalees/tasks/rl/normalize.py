@@ -22,15 +22,26 @@ class RunningStats:
         self.total_sq = torch.zeros(dim, dtype=torch.float64)
         self.pending = [torch.zeros((), dtype=torch.float64), torch.zeros(dim, dtype=torch.float64),
                         torch.zeros(dim, dtype=torch.float64)]
+        self.log: list | None = None  # a list: every increment is also kept, for replay elsewhere
+
+    def _add(self, increments) -> None:
+        for p, inc in zip(self.pending, increments):
+            p += inc
+        if self.log is not None:
+            self.log.append(increments)
+
+    def replay(self, log: list) -> None:
+        """Add increments another replica logged, in their order: the same float64 additions, so
+        the same bits as observing them here (a distributed coordinator merges workers' chunks)."""
+        for increments in log:
+            self._add(tuple(increments))
 
     def observe(self, obs: Tensor, mask: Tensor) -> None:
         """Add the rows of ``obs`` (n, dim) whose ``mask`` (n,) is True to this step's pending sums."""
         x = obs.detach().to("cpu", torch.float64)
         m = mask.detach().to("cpu", torch.float64).unsqueeze(-1)
         x = torch.where(torch.isfinite(x), x, torch.zeros_like(x))  # a broken observation is not a statistic
-        self.pending[0] += m.sum()
-        self.pending[1] += (x * m).sum(dim=0)
-        self.pending[2] += (x * x * m).sum(dim=0)
+        self._add((m.sum(), (x * m).sum(dim=0), (x * x * m).sum(dim=0)))
 
     def fold(self) -> None:
         """Make this step's observations part of the statistics (call between steps)."""

@@ -87,6 +87,8 @@ class RLTask(AbstractTask):
         self.stats_step = 0
         self.env_steps = 0
         self._envs: dict[int, object] = {}
+        self.record_chunks = False  # a distributed worker sets it: fitness keeps what it added (chunk_log)
+        self._chunk_log: dict | None = None
 
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
@@ -119,11 +121,27 @@ class RLTask(AbstractTask):
 
     def fitness(self, model: nn.Module, lo: int, hi: int, step: int = 0) -> Tensor:
         self._sync_stats(model, step)
+        self.stats.log = [] if self.record_chunks else None
         with torch_threads(self.options.threads):
             ep = rollout(model, self._env((hi - lo) * self.options.episodes), self.episode_keys(step, lo, hi),
                          self.max_steps, self.stats if self.options.normalize else None)
         self.env_steps += ep.env_steps
+        if self.record_chunks:
+            self._chunk_log = {"obs": self.stats.log, "env_steps": ep.env_steps}
+        self.stats.log = None
         return ep.returns.view(hi - lo, self.options.episodes)
+
+    # -- distributed: a coordinator that runs no rollout keeps the same state -------------
+    def begin_step(self, model: nn.Module, step: int) -> None:
+        self._sync_stats(model, step)
+
+    def chunk_log(self) -> dict | None:
+        log, self._chunk_log = self._chunk_log, None
+        return log
+
+    def apply_chunk_log(self, log: dict) -> None:
+        self.stats.replay(log["obs"])
+        self.env_steps += int(log["env_steps"])
 
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()

@@ -1,0 +1,164 @@
+"""Question: what does distributing a run cost: bytes on the wire, coordinator time, and speed-up?
+
+Three measurements, one table:
+
+- ``wire``: bytes per population member per step, measured on real ``wire.encode`` output:
+  results (workers -> coordinator, all chunks of a step) and the shaped update
+  (coordinator -> each worker), for float32, float16 and ternary payloads.
+- ``coordinator``: the coordinator core alone (``ChunkQueue`` + decoding every result +
+  concatenating + encoding the shaped vector), fed by simulated workers: threads that sleep
+  ``chunk_ms`` per chunk and answer with pre-encoded messages. The coordinator thread's CPU
+  time per step (``time.thread_time``) is its overhead; chunks / that time is how many chunk
+  results per second it could absorb.
+- ``ray`` (not with ``--quick``): steps/s of the same training run in-process, on 1 and on 2 Ray
+  worker actors (a local loopback Ray), side by side in this process. On a shared machine this
+  is noisy; the load average is reported with it.
+
+Run: ``hyperscalees bench distributed [--quick] [--json]``.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+import threading
+import time
+
+import torch
+
+from ..distributed import LocalBackend, wire
+from ..distributed.coordinator import ChunkQueue, ChunkTimes, split
+from .base import Report, environment
+
+QUESTION = "bytes per member on the wire, coordinator overhead per step, speed-up on 1 vs 2 Ray workers"
+COLUMNS = ["part", "config", "value", "unit"]
+
+
+def configs(quick: bool) -> dict:
+    if quick:
+        return dict(populations=(512,), chunks=(8, 64), chunk_members=16, sim_workers=4, chunk_ms=0.5, steps=3,
+                    ray=False)
+    return dict(populations=(512, 8192, 65536), chunks=(8, 64, 512, 4096), chunk_members=64, sim_workers=8,
+                chunk_ms=1.0, steps=10, ray=True)
+
+
+def wire_bytes(population: int, chunks: int) -> dict[str, tuple[float, float]]:
+    """{encoding: (result bytes per member, update bytes per member per worker)}."""
+    chunk = population // chunks
+    signs = torch.tensor([0.5, -0.5]).repeat(population // 2)
+    out = {}
+    for name, enc in (("float32", wire.F32), ("float16", wire.F16), ("ternary", wire.TERNARY)):
+        results = sum(len(wire.encode(wire.RESULT, 0, c.lo, signs[c.lo:c.hi], enc))
+                      for c in split(population, chunk))
+        update = len(wire.encode(wire.SHAPED, 0, 0, signs, enc))
+        out[name] = (results / population, update / population)
+    return out
+
+
+def coordinator_step(n_chunks: int, members: int, workers: int, chunk_ms: float, step: int) -> tuple[float, float]:
+    """(coordinator CPU seconds, wall seconds) of one step fed by sleeping worker threads."""
+    chunks = split(n_chunks * members, members)
+    messages = {c.index: wire.encode(wire.RESULT, step, c.lo, torch.randn(members)) for c in chunks}
+    inbox: queue.Queue = queue.Queue()
+    outboxes = [queue.Queue() for _ in range(workers)]
+
+    def worker(w: int) -> None:
+        while (c := outboxes[w].get()) is not None:
+            time.sleep(chunk_ms / 1000)
+            inbox.put((w, c, messages[c.index]))
+
+    threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(workers)]
+    for t in threads:
+        t.start()
+    q = ChunkQueue(step, chunks, ChunkTimes(straggler_timeout=60.0))
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    idle = set(range(workers))
+    while not q.done:
+        for w in sorted(idle):
+            c = q.assign(w)
+            if c is None:
+                break
+            idle.discard(w)
+            outboxes[w].put(c)
+        w, c, data = inbox.get()
+        idle.add(w)
+        q.complete(c.index, w, wire.decode(data, wire.RESULT, step, c.lo, c.count).values)
+    shaped = torch.cat(q.results())
+    wire.encode(wire.SHAPED, step, 0, shaped)
+    cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+    for box in outboxes:
+        box.put(None)
+    for t in threads:
+        t.join()
+    return cpu, wall
+
+
+def ray_speedup(log, steps: int = 6, warmup: int = 2) -> dict:
+    """Seconds per step of one digits run in-process, on 1 and on 2 Ray workers (same chunks)."""
+    from ..distributed.ray import RayBackend, RayConfig, start_ray, stop_ray
+    from ..engine import make_config
+    from ..engine.loop import build
+
+    cfg = make_config("digits", es={"seed": 0}, engine={"steps": warmup + steps, "chunk": 512})
+    start_ray(RayConfig(workers=2, temp_dir=tempfile.mkdtemp(prefix="hsr", dir="/tmp")))
+    out = {}
+    for name, make in (("local", LocalBackend), ("ray_1", lambda: RayBackend(RayConfig(workers=1))),
+                       ("ray_2", lambda: RayBackend(RayConfig(workers=2)))):
+        task, _, es = build(cfg)
+        backend = make()
+        backend.start(cfg, task, es)
+        try:
+            times = []
+            for i in range(warmup + steps):
+                t0 = time.perf_counter()
+                f = backend.evaluate(es, lambda m, lo, hi, s=es.step: task.fitness(m, lo, hi, s), cfg.engine.chunk)
+                backend.update(es, es.shape(f))
+                if i >= warmup:
+                    times.append(time.perf_counter() - t0)
+        finally:
+            backend.close()
+        out[name] = sorted(times)[len(times) // 2]
+        log(f"  {name}: {out[name] * 1000:.0f} ms/step")
+    stop_ray()
+    return out
+
+
+def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
+    c = configs(quick)
+    rep = Report("distributed", QUESTION, COLUMNS)
+    worst_ternary = 0.0
+    for p in c["populations"]:
+        chunks = max(2, p // 4096) if p >= 8192 else 4
+        for name, (res, upd) in wire_bytes(p, chunks).items():
+            rep.rows.append(["wire", f"{name}, P={p}, {chunks} chunks", res, "result bytes/member"])
+            rep.rows.append(["wire", f"{name}, P={p}", upd, "update bytes/member/worker"])
+            if name == "ternary" and p == max(c["populations"]):
+                worst_ternary = max(res, upd)
+    rates, sustained = [], []
+    for n in c["chunks"]:
+        cpus, walls = zip(*(coordinator_step(n, c["chunk_members"], c["sim_workers"], c["chunk_ms"], s)
+                            for s in range(c["steps"])))
+        cpu, wall = sorted(cpus)[len(cpus) // 2], sorted(walls)[len(walls) // 2]
+        rates.append(n / cpu)
+        rep.rows.append(["coordinator", f"{n} chunks x {c['chunk_members']} members", cpu * 1000, "ms CPU/step"])
+        rep.rows.append(["coordinator", f"{n} chunks, {c['sim_workers']} workers sleeping {c['chunk_ms']} ms",
+                         wall * 1000, "ms wall/step"])
+        rep.rows.append(["coordinator", f"{n} chunks", n / cpu, "chunk results/s (CPU-bound)"])
+        rep.rows.append(["coordinator", f"{n} chunks, {c['sim_workers']} sleeping workers", n / wall,
+                         "chunk results/s (sustained, wall)"])
+        sustained.append(n / wall)
+    rep.summary["ternary_bytes_per_member"] = worst_ternary
+    rep.summary["coordinator_min_results_per_s"] = min(rates)
+    rep.summary["coordinator_sustained_results_per_s"] = max(sustained)
+    if c["ray"]:
+        load0 = os.getloadavg()[0]
+        t = ray_speedup(log)
+        rep.summary.update(local_ms_per_step=t["local"] * 1000, ray1_ms_per_step=t["ray_1"] * 1000,
+                           ray2_ms_per_step=t["ray_2"] * 1000, speedup_2_over_1=t["ray_1"] / t["ray_2"],
+                           load_average=[load0, os.getloadavg()[0]])
+        rep.notes.append("ray: digits, population 2048, chunk 512, median of 6 steps after 2; every process shares "
+                         f"this machine's {os.cpu_count()} cores (load average before/after in load_average)")
+    rep.notes.append(f"simulated workers: threads sleeping {c['chunk_ms']} ms per chunk; coordinator CPU is "
+                     "time.thread_time of its thread (queue, decode, concatenation, shaped encode)")
+    rep.details["environment"] = environment()
+    return rep

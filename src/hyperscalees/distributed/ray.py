@@ -1,0 +1,330 @@
+"""``RayBackend``: the population's chunks pulled by Ray worker actors that each hold a model replica.
+
+The driver is the coordinator. Per step it keeps a :class:`~.coordinator.ChunkQueue`;
+every idle worker is handed the next chunk (stragglers' chunks are copied to idle workers
+after the straggler timeout, the first result wins), results arrive as ``wire`` messages and
+are decoded with the step and member range the coordinator expects, anything refused is
+logged and recomputed. Then the coordinator shapes, applies the update to its own replica
+(the one the engine checkpoints) and sends the packed shaped vector to every worker, which
+replays the identical update: O(population) bits a step, never the weights.
+
+    coordinator (driver)                         worker actors (Replica)
+    ask: step s, chunks c0..cn ──evaluate(s,lo,hi)──▶ perturbed forward of [lo, hi)
+          ◀──── RESULT(s, lo, n, fitness) ───────── (ternary or float32, CRC-32)
+    decode; refuse → log, re-queue
+    late chunk → copy to an idle worker
+    all chunks in → shape, update own replica
+          ──── SHAPED(s, 0, P) [+ hash every K] ──▶ same update; hash differs → refuse work
+    dead worker → re-queue its chunk, start a new actor from the coordinator's state
+
+Ray is imported here only, lazily: ``import hyperscalees`` never needs it. A local Ray
+(no ``address``) is started on loopback only, dashboard off, token authentication as Ray
+sets it up (on by default in 2.60).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .base import AbstractBackend, FitnessFn
+from .coordinator import ChunkQueue, ChunkTimes, Counters, split
+from .replica import Replica, ReplicaDrift, state_hash
+from . import wire
+
+log = logging.getLogger("hyperscalees.distributed")
+LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's local-only mode, every address 127.0.0.1
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    workers: int = 2                        # worker actors, one model replica each
+    address: str | None = None              # an existing cluster ("auto" or HOST:PORT); None: a local one
+    gpus_per_worker: float = 0.0
+    cpus_per_worker: float = 1.0
+    straggler_timeout: float | None = None  # seconds; None: 3x the median chunk time
+    hash_every: int = 10                    # steps between replica hash checks (0: never)
+    max_restarts: int = 3                   # new actors per worker slot before running with fewer
+    dashboard: bool = False                 # start Ray's dashboard (local Ray only, on 127.0.0.1)
+    temp_dir: str | None = None             # Ray's session files (local Ray only; default: Ray's)
+    startup_timeout: float = 300.0          # seconds to wait for the workers to come up
+    faults: dict = field(default_factory=dict, compare=False)  # tests: {slot: Replica faults}
+
+    def __post_init__(self):
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers!r}")
+        if self.gpus_per_worker < 0 or self.cpus_per_worker <= 0:
+            raise ValueError(f"gpus_per_worker must be >= 0 and cpus_per_worker > 0, got "
+                             f"{self.gpus_per_worker!r} and {self.cpus_per_worker!r}")
+        if self.straggler_timeout is not None and not self.straggler_timeout > 0:
+            raise ValueError(f"straggler_timeout must be > 0 seconds, got {self.straggler_timeout!r}")
+        if self.hash_every < 0 or self.max_restarts < 0:
+            raise ValueError(f"hash_every and max_restarts must be >= 0, got {self.hash_every!r} and "
+                             f"{self.max_restarts!r}")
+
+
+def import_ray(local: bool):
+    """``ray``, with local-only addressing switched on first when we start the cluster ourselves.
+
+    A plain local ``ray.init()`` listens on every interface and talks over the machine's
+    external address (``_node_ip_address="127.0.0.1"`` is rewritten). Ray's local-only mode,
+    the one it uses on macOS and Windows, is chosen by ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+    before ``ray`` is imported: then the node address is 127.0.0.1 and every listener binds
+    there. Workers inherit the variable from the raylet.
+    """
+    if local:
+        os.environ[LOCAL_ONLY] = "0"
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("the ray backend needs Ray: pip install 'hyperscalees[ray]'") from None
+    if local:
+        from ray._private import ray_constants  # imported before the variable was set: apply it
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    return ray
+
+
+def start_ray(config: RayConfig) -> bool:
+    """Connect to ``config.address`` or start a local loopback Ray; True when this call started it."""
+    ray = import_ray(local=config.address is None)
+    if ray.is_initialized():
+        return False
+    if config.address is not None:
+        ray.init(address=config.address, logging_level=logging.WARNING)
+        return True
+    ray.init(num_cpus=max(1, int(round(config.workers * config.cpus_per_worker))), include_dashboard=config.dashboard,
+             dashboard_host="127.0.0.1", _temp_dir=config.temp_dir, logging_level=logging.WARNING)
+    gcs = ray.get_runtime_context().gcs_address
+    if not gcs.startswith("127."):
+        ray.shutdown()
+        raise RuntimeError(f"local Ray came up on {gcs}, not on loopback: this Ray version ignores {LOCAL_ONLY}=0")
+    return True
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def stop_ray() -> None:
+    """Disconnect from Ray (and stop the local instance this process started)."""
+    import_ray(local=False).shutdown()
+
+
+class RayBackend(AbstractBackend):
+    """Chunks pulled by ``config.workers`` Ray actors; bit-identical to :class:`LocalBackend`."""
+
+    def __init__(self, config: RayConfig | None = None):
+        self.config = config or RayConfig()
+        self.counters, self.times = Counters(), ChunkTimes(self.config.straggler_timeout)
+        self.rejected = self.drift_repairs = self.restarts = 0
+        self.step_times: dict[int, float] = {}
+        self.bytes_in = self.bytes_out = 0
+        self.actors: dict[int, object] = {}           # slot -> live actor
+        self.generation: dict[int, int] = {}
+        self.inflight: dict[object, tuple] = {}       # ref -> (slot, generation, step, chunk)
+        self.updates: list = []                       # refs of updates not yet read
+        self.es = self.task = self.cfg = None
+        self._owns_ray = False
+        self._workers_at_close = 0
+        self._ray = None
+        self._state = (None, None)                    # (step, object ref) of the shared state
+
+    # -- life cycle ------------------------------------------------------------------------
+    def start(self, cfg, task, es) -> None:
+        state = task.state_dict()
+        if state and not task.merges_chunks():
+            raise ValueError(f"the ray backend cannot run task {task.name!r}: its fitness accumulates state "
+                             f"({', '.join(sorted(state))}) but it cannot merge the workers' chunks "
+                             "(AbstractTask.apply_chunk_log); use --backend local")
+        device = cfg.engine.device
+        if device is not None and device.startswith("cuda") and not self.config.gpus_per_worker:
+            raise ValueError(f"--device {device} on Ray workers needs --gpus-per-worker > 0 (Ray hides GPUs "
+                             "from actors that reserve none)")
+        self.cfg, self.task, self.es = cfg, task, es
+        self._owns_ray = start_ray(self.config)
+        self._ray = import_ray(local=self.config.address is None)
+        ray = self._ray
+        self._actor_cls = ray.remote(Replica).options(num_cpus=self.config.cpus_per_worker,
+                                                      num_gpus=self.config.gpus_per_worker, max_restarts=0,
+                                                      max_task_retries=0)
+        for slot in range(self.config.workers):
+            self._spawn(slot)
+        try:
+            ray.get([a.ready.remote() for a in self.actors.values()], timeout=self.config.startup_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(f"{self.config.workers} workers did not start within {self.config.startup_timeout:g}"
+                               f" s: does the cluster have {self.config.cpus_per_worker:g} CPU(s) and "
+                               f"{self.config.gpus_per_worker:g} GPU(s) free for each?") from None
+        except ray.exceptions.RayError as e:
+            raise RuntimeError(f"a Ray worker failed to start: {_first_line(e)}") from None
+
+    def _state_ref(self):
+        """The coordinator's current state in Ray's object store, made once per step."""
+        step, ref = self._state
+        if step != self.es.step or ref is None:
+            sd = self.es.state_dict()
+            ref = self._ray.put({"model": sd["model"], "strategy": sd["strategy"], "task": self.task.state_dict()})
+            self._state = (self.es.step, ref)
+        return ref
+
+    def _spawn(self, slot: int) -> None:
+        gen = self.generation.get(slot, -1) + 1
+        self.generation[slot] = gen
+        faults = self.config.faults.get(slot) if gen == 0 else None
+        self.actors[slot] = self._actor_cls.remote(self.cfg.to_dict(), self._state_ref(), 1, faults)
+
+    def _lost(self, slot: int, why: str) -> None:
+        """Worker ``slot`` died: start a new one from the coordinator's state, or go on with fewer."""
+        actor = self.actors.pop(slot, None)
+        if actor is not None:
+            self._ray.kill(actor)
+        for ref in [r for r, v in self.inflight.items() if v[0] == slot]:
+            del self.inflight[ref]
+        if self.generation[slot] < self.config.max_restarts:
+            log.warning("worker %d lost (%s): starting a new one from the coordinator's state", slot, why)
+            self.restarts += 1
+            self._spawn(slot)
+        else:
+            log.warning("worker %d lost (%s) after %d restarts: continuing with %d workers", slot, why,
+                        self.config.max_restarts, len(self.actors))
+        if not self.actors:
+            raise RuntimeError(f"every Ray worker is gone (last: {why})")
+
+    def close(self) -> None:
+        if self._ray is None:
+            return
+        self._workers_at_close = len(self.actors)
+        for actor in self.actors.values():
+            self._ray.kill(actor)
+        self.actors.clear()
+        self.inflight.clear()
+        if self._owns_ray:
+            self._ray.shutdown()
+        self._ray = None
+
+    # -- one step ----------------------------------------------------------------------------
+    def evaluate(self, es, fitness_fn: FitnessFn, chunk: int | None = None):
+        if es is not self.es:
+            raise RuntimeError("RayBackend.evaluate needs start(cfg, task, es) first, with this ES "
+                               "(the engine calls it)")
+        t0 = time.perf_counter()
+        self._drain_updates()
+        self.task.begin_step(es.model, es.step)  # what a fitness call would set up first
+        queue = ChunkQueue(es.step, split(es.population, chunk or self.default_chunk(es.population)),
+                           self.times, self.counters)
+        while not queue.done:
+            busy = {v[0] for v in self.inflight.values()}
+            for slot, actor in list(self.actors.items()):
+                c = None if slot in busy else queue.assign(slot)
+                if c is not None:
+                    ref = actor.evaluate.remote(queue.step, c.lo, c.hi)
+                    self.inflight[ref] = (slot, self.generation[slot], queue.step, c)
+                    busy.add(slot)
+            if not self.inflight:
+                raise RuntimeError(f"step {queue.step}: chunks missing but none running and no worker to run them")
+            # an idle worker may take a straggler's chunk once it is late: poll; else wait for a result
+            timeout = 0.01 if len(busy) < len(self.actors) else None
+            ready, _ = self._ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
+            for ref in ready:
+                self._collect(ref, queue)
+        self.step_times[es.step] = time.perf_counter() - t0
+        parts = [values for values, _ in queue.results()]
+        for _, chunk_log in queue.results():  # in member order: the operations of the in-process run
+            if chunk_log is not None:
+                self.task.apply_chunk_log(chunk_log)
+        if len({p.shape[1:] for p in parts}) > 1:
+            shapes = sorted({tuple(p.shape) for p in parts})
+            raise ValueError(f"the task's fitness returned different shapes per chunk: {shapes}")
+        return torch.cat(parts)
+
+    def default_chunk(self, population: int) -> int:
+        """Two chunks per worker (whole antithetic pairs): a straggler's chunk is half its share."""
+        per = -(-population // (2 * len(self.actors) or 1))
+        return max(2, per + per % 2)
+
+    def _collect(self, ref, queue: ChunkQueue) -> None:
+        ray = self._ray
+        slot, gen, step, c = self.inflight.pop(ref)
+        stale = self.generation.get(slot) != gen or slot not in self.actors
+        try:
+            data, chunk_log = ray.get(ref)
+        except ray.exceptions.RayActorError as e:
+            why = f"{type(e).__name__}: {_first_line(e)}"
+            if not stale:
+                self._lost(slot, why)
+            if step == queue.step:
+                queue.fail(c.index, slot, f"worker {slot} died ({why})")
+            return
+        except ray.exceptions.RayTaskError as e:
+            if not isinstance(e.cause, ReplicaDrift):
+                raise RuntimeError(f"worker {slot} failed on members [{c.lo}, {c.hi}) at step {step}: "
+                                   f"{e.cause!r}") from e.cause
+            self.drift_repairs += 1
+            log.warning("worker %d drifted (%s): re-sending the coordinator's state", slot, e.cause)
+            if not stale:
+                self.actors[slot].load.remote(self._state_ref())
+            if step == queue.step:
+                queue.fail(c.index, slot, f"worker {slot} drifted")
+            return
+        self.bytes_in += len(data)
+        if step != queue.step:       # a straggler's copy of a step already closed
+            self.counters.duplicates += 1
+            return
+        try:
+            msg = wire.decode(data, wire.RESULT, step, c.lo, c.count)
+        except wire.WireError as e:
+            self.rejected += 1
+            log.warning("worker %d: result for members [%d, %d) of step %d refused: %s; recomputing",
+                        slot, c.lo, c.hi, step, e)
+            if "step" in str(e) and not stale:   # a replica at another step: give it the current state
+                self.actors[slot].load.remote(self._state_ref())
+            queue.fail(c.index, slot, f"worker {slot}'s result refused: {e}")
+            return
+        queue.complete(c.index, slot, (msg.values, chunk_log))
+
+    def update(self, es, shaped):
+        shaped = torch.as_tensor(shaped).float().cpu().reshape(-1)
+        encoding = wire.TERNARY if wire.ternary_scale(shaped) is not None else wire.F32
+        message = wire.encode(wire.SHAPED, es.step, 0, shaped, encoding)  # lossless either way
+        metrics = es.update(shaped)
+        k = self.config.hash_every
+        expected = state_hash(es.model) if k and es.step % k == 0 else None
+        task_state = self.task.state_dict()
+        task_state = self._ray.put(task_state) if task_state else None  # merged: every chunk's share
+        for slot, actor in self.actors.items():
+            self.updates.append((slot, self.generation[slot], actor.update.remote(message, expected, task_state)))
+            self.bytes_out += len(message)
+        return metrics
+
+    def _drain_updates(self) -> None:
+        """Read the updates that have finished (errors of dead workers surface in evaluate)."""
+        if not self.updates:
+            return
+        refs = [r for _, _, r in self.updates]
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = set(ready)
+        keep = []
+        for slot, gen, ref in self.updates:
+            if ref not in done:
+                keep.append((slot, gen, ref))
+                continue
+            try:
+                self._ray.get(ref)
+            except self._ray.exceptions.RayActorError:
+                pass  # a dead worker: its next evaluate fails and is handled there
+            except self._ray.exceptions.RayTaskError as e:  # it stays a step behind: its next result is
+                log.warning("worker %d failed to apply an update (%s); it will be re-sent the state",  # refused
+                            slot, _first_line(e.cause if e.cause is not None else e))
+        self.updates = keep
+
+    def report(self) -> dict:
+        """What the coordinator counted over the run."""
+        c = self.counters
+        return {"workers": len(self.actors) or self._workers_at_close, "assigned": c.assigned, "reissued": c.reissued,
+                "duplicates": c.duplicates, "failed": c.failed, "requeued": c.requeued, "rejected": self.rejected,
+                "drift_repairs": self.drift_repairs, "restarts": self.restarts, "bytes_in": self.bytes_in,
+                "bytes_out": self.bytes_out, "median_chunk_s": self.times.median}

@@ -1,0 +1,189 @@
+"""RayBackend on one local Ray instance (2 CPUs, loopback only) shared by every test here.
+
+Ray's start-up costs seconds and ~1 GB, so these tests are few and each checks several
+things. The reference is always the in-process run of the same config: same chunks, same
+seeds, so the final parameters must be equal bit for bit.
+"""
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hyperscalees.distributed import LocalBackend, RayBackend, RayConfig
+from hyperscalees.engine import make_config, run
+from hyperscalees.cli.main import main
+from hyperscalees.engine.loop import build
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup (make test) one worker runs them all: one Ray
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    from hyperscalees.distributed.ray import start_ray
+
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    home = tempfile.mkdtemp(prefix="hsh", dir="/tmp")    # Ray's auth token lands in $HOME/.ray
+    temp = tempfile.mkdtemp(prefix="hsr", dir="/tmp")    # short: Ray's socket paths must fit 107 bytes
+    os.environ["HOME"] = home
+    assert start_ray(RayConfig(workers=2, temp_dir=temp))
+    gcs = ray.get_runtime_context().gcs_address
+    assert gcs.startswith("127.0.0.1:"), gcs
+    yield gcs
+    ray.shutdown()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def invoke(argv, capsys):
+    """(exit code, stdout, stderr) of ``hyperscalees *argv`` run in this process."""
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def params(directory) -> dict:
+    (path,) = glob.glob(str(Path(directory) / "model-*.safetensors"))
+    return load_file(path)
+
+
+def assert_same_params(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs"
+
+
+def local_reference(tmp_path, name, **engine) -> dict:
+    cfg = make_config("xor", es={"seed": 7}, engine={"out": str(tmp_path / name), **engine})
+    run(cfg, LocalBackend())
+    return params(tmp_path / name)
+
+
+def test_cli_ray_run_is_bit_identical_to_the_local_run(ray_cluster, tmp_path, capsys, no_plot):
+    code, out, err = invoke(["train", "xor", "--steps", "30", "--seed", "7", "--backend", "ray", "--workers", "2",
+                             "--out", str(tmp_path / "ray"), "--json"], capsys)
+    assert code == 0, err
+    assert '"backend": {"workers": 2' in out
+    assert_same_params(params(tmp_path / "ray"), local_reference(tmp_path, "local", steps=30))
+
+
+def ray_listeners() -> list[tuple[str, str]]:
+    """(local address, process) of every TCP listener owned by this process's descendants."""
+    children: dict[int, list[int]] = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            text = Path(stat).read_text()
+        except OSError:
+            continue
+        pid, ppid = int(stat.split("/")[2]), int(text.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(pid)
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        p = todo.pop()
+        mine.add(p)
+        todo += children.get(p, [])
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        cols = line.split()
+        pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        if pids & (mine - {os.getpid()}):
+            found.append((cols[3], " ".join(re.findall(r'"([^"]+)"', line))))
+    return found
+
+
+def is_loopback(addr: str) -> bool:
+    host = addr.rsplit(":", 1)[0].strip("[]")
+    host = host.removeprefix("::ffff:")
+    return host.startswith("127.") or host == "::1"
+
+
+def test_dead_slow_corrupt_and_drifting_workers_are_survived_exactly(ray_cluster, tmp_path, no_plot):
+    """Worker 1 sends four broken results (steps 2-5), drifts after step 9 and stalls 1 s at step 12;
+    worker 0 dies mid-chunk at step 14. The run loses nothing and ends where the local run does."""
+    timeout, stall = 0.3, 1.0
+    faults = {0: {"die": 14},
+              1: {"corrupt": {2: "flip", 3: "truncate", 4: "version", 5: "step"}, "drift": 9, "slow": {12: stall}}}
+    backend = RayBackend(RayConfig(workers=2, straggler_timeout=timeout, hash_every=5, faults=faults))
+    cfg = make_config("xor", es={"seed": 7}, engine={"steps": 20, "chunk": 128, "out": str(tmp_path / "ray")})
+    try:
+        run(cfg, backend)
+        listeners = ray_listeners() if shutil.which("ss") else None   # workers still up
+    finally:
+        backend.close()
+    r = backend.report()
+    assert r["rejected"] == 4                                   # flip, truncate, version, step: all refused
+    assert r["drift_repairs"] == 1                              # found at the hash check after step 9
+    assert r["reissued"] >= 1                                   # the stalled chunk was copied
+    assert r["restarts"] == 1 and r["requeued"] >= 1          # the dead worker's chunk ran again
+    assert sorted(backend.step_times) == list(range(20))        # no step lost
+    # the stalled step ended within the timeout plus about one chunk (a whole quiet step bounds
+    # a chunk's time; 0.5 s of scheduling slack on a shared machine), not after the stall
+    chunk_time = max(backend.step_times[s] for s in (10, 11))
+    assert max(backend.step_times[s] for s in (12, 13)) < min(stall, timeout + chunk_time + 0.5), \
+        (backend.step_times, r)
+    assert_same_params(params(tmp_path / "ray"), local_reference(tmp_path, "local", steps=20, chunk=128))
+    if listeners is None:
+        pytest.skip("`ss` (iproute2) is not installed: cannot check that Ray listens on loopback only")
+    assert len(listeners) >= 3, listeners                       # gcs_server, raylet, workers...
+    outside = [(addr, proc) for addr, proc in listeners if not is_loopback(addr)]
+    assert not outside, f"Ray listens outside loopback: {outside}"
+
+
+def test_sigkill_of_the_coordinator_then_resume_equals_an_uninterrupted_run(ray_cluster, tmp_path, capsys, no_plot):
+    out, steps = tmp_path / "run", 60
+    cmd = [sys.executable, "-m", "hyperscalees", "train", "xor", "--steps", str(steps), "--seed", "7",
+           "--backend", "ray", "--workers", "2", "--address", ray_cluster, "--out", str(out),
+           "--checkpoint-every", "5", "--json"]
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = (out / "checkpoint.json").read_text() if (out / "checkpoint.json").exists() else ""
+            m = re.search(r'"step": (\d+)', text)
+            if m and int(m.group(1)) >= 5:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    code, _, err = invoke(["train", "xor", "--resume", str(out), "--backend", "ray", "--workers", "2"], capsys)
+    assert code == 0, err
+    assert_same_params(params(out), local_reference(tmp_path, "local", steps=steps))
+
+
+def test_rl_with_observation_statistics_on_ray_equals_the_local_run(ray_cluster, tmp_path, no_plot):
+    """A task whose fitness accumulates state (RL's running observation sums) on workers."""
+    pytest.importorskip("gymnasium")
+    es = {"seed": 3, "population": 16}
+    options = {"max_steps": 20, "hidden": 8, "layers": 1, "eval_episodes": 2}
+    out = {}
+    for name, backend in (("ray", RayBackend(RayConfig(workers=2, hash_every=1))), ("local", LocalBackend())):
+        cfg = make_config("rl", es=es, engine={"steps": 4, "chunk": 4, "out": str(tmp_path / name)}, options=options)
+        try:
+            out[name] = run(cfg, backend)
+        finally:
+            backend.close()
+    assert_same_params(params(tmp_path / "ray"), params(tmp_path / "local"))
+    assert out["ray"]["metrics"] == out["local"]["metrics"]   # env_steps and eval returns included
