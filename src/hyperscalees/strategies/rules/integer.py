@@ -156,9 +156,10 @@ class ZTestRule(AbstractIntegerRule):
         thr = ztest_threshold(self.alpha(name, lr_factor))
         votes = self.votes(name, g)
         move = (votes.abs() * 16 >= thr * self.vote_scale(name)) & (votes != 0)
-        step = torch.where(move, votes.sign(), torch.zeros_like(votes)).to(torch.int16)
-        w.copy_((w.to(torch.int16) + step).clamp(-QMAX, QMAX).to(w.dtype))
-        return step
+        old = w.to(torch.int16)
+        new = (old + torch.where(move, votes.sign(), torch.zeros_like(votes)).to(torch.int16)).clamp(-QMAX, QMAX)
+        w.copy_(new.to(w.dtype))
+        return new - old
 
 
 class ThresholdSGDRule(AbstractIntegerRule):
