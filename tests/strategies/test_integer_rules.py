@@ -153,3 +153,26 @@ def test_chunk_mean_filter_by_hand():
     f = torch.tensor([0.1, 0.0, 0.0, 0.1, 0.1, 0.0, 0.1, 0.0])             # diffs 0.1, -0.1, 0.1, 0.1
     filtered = SHAPINGS["pair_sign_filtered"](f)                           # + 0.05^1.2 ≈ 0.0273 each
     assert filtered.view(-1, 2)[:, 0].tolist() == [0.5, -0.5, 0.5, 0.5]
+
+
+def test_adaptive_noise_overlays_by_hand():
+    w = torch.zeros(2, 3, dtype=torch.int8)
+    v = torch.zeros(2, dtype=torch.int8)
+    rule = make(ZTestRule, {"w": w, "v": v}, lr=1.0, adaptive_noise=True)
+    assert not make(ZTestRule, {"w": w}).overlays and make(AdamWRule, {"w": w}).adaptive_noise  # d-eggs' defaults
+    assert [o.tolist() for o in rule.overlays["w"]] == [[64, 64], [64, 64, 64]]
+    step(rule, {"w": [[500, 0, 0], [0, 0, 0]], "v": [0, -9]})              # thr 0: nonzero votes move
+    assert w.tolist() == [[1, 0, 0], [0, 0, 0]] and v.tolist() == [0, -1]
+    assert [o.tolist() for o in rule.overlays["w"]] == [[69, 63], [69, 63, 63]]   # +5 where moved, −1 elsewhere
+    assert rule.overlays["v"][0].tolist() == [63, 69]
+    rule.overlays["w"][0].copy_(torch.tensor([-3, 32]))
+    f_row, f_col = rule.noise_overlays()["w"]
+    assert f_row.tolist() == [0.0, 0.5] and f_col.tolist() == pytest.approx([1.0, 63 / 64, 63 / 64])
+    assert rule.noise_overlays()["v"][1] is None
+    # votes are weighed by the factors the noise had: row 0 (noise off) gets none
+    step(rule, {"w": [[900, 900, 900], [64, 64, 64]], "v": [0, 0]})
+    assert w.tolist() == [[1, 0, 0], [1, 1, 1]]
+    big = torch.tensor([[127] * 3] * 2, dtype=torch.int16)
+    for _ in range(40):
+        rule.update_overlay("w", big)
+    assert int(rule.overlays["w"][0].max()) == 127                            # clamped
