@@ -215,10 +215,12 @@ def maxabs_requantize(v: Tensor) -> Tensor:
 
     d-eggs computes this in float32 (with max + 1e-9); here it is exact integer arithmetic,
     so it can differ from d-eggs where float32 rounding flips a half. An all-zero vector stays 0.
+    Computed as floor((2·127·|v| + M) / 2M) in float64: exact for |v| < 2^44.
     """
-    vi = v.to(torch.int64)
-    m = vi.abs().amax(dim=-1, keepdim=True)
-    return clip8(torch.where(m > 0, div_round_half_away(vi * QMAX, m.clamp_min(1)), torch.zeros_like(vi)))
+    a = v.to(torch.float64).abs()
+    m = a.amax(dim=-1, keepdim=True).clamp_min(1)                  # all zeros: 0 / 1 -> 0
+    q = a.mul_(2 * QMAX).add_(m).div_(2 * m).floor_()
+    return clip8(q.copysign_(v.to(torch.float64)))
 
 
 # -- lookup tables (built once from Python floats: identical on every device) -------------------
@@ -282,13 +284,15 @@ def rope_tables(positions: int, head_dim: int, base: float = 10000.0, device=Non
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate pairs (2i, 2i+1) of x (..., T, head_dim) in fixed point, rounding half up (+2^19 >> 20).
 
-    cos/sin (T, head_dim/2) in 2^-20 units; int64 throughout, as d-eggs.
+    cos/sin (T, head_dim/2) in 2^-20 units. d-eggs uses int64; here integer-valued float64,
+    exact while |x| < 2^31 (products below 2^52), and returns float64 integers.
     """
-    xi = x.to(torch.int64)
-    even, odd = xi[..., 0::2], xi[..., 1::2]
-    half = 1 << (ROPE_BITS - 1)
-    re = (even * cos - odd * sin + half) >> ROPE_BITS
-    ro = (even * sin + odd * cos + half) >> ROPE_BITS
+    xf = x.to(torch.float64)
+    c, s_ = cos.to(torch.float64), sin.to(torch.float64)
+    even, odd = xf[..., 0::2], xf[..., 1::2]
+    half, scale = float(1 << (ROPE_BITS - 1)), 2.0**-ROPE_BITS
+    re = (even * c - odd * s_ + half).mul_(scale).floor_()
+    ro = (even * s_ + odd * c + half).mul_(scale).floor_()
     return torch.stack([re, ro], dim=-1).flatten(-2)
 
 
