@@ -25,7 +25,7 @@ from ..noise.population import Population
 from ..noise.spec import ESMode, ParamSpec
 from ..noise.store import NoiseStore
 from .config import ESConfig
-from .estimate import estimate
+from .estimate import coefficient, estimate
 from .groups import resolve_groups
 from .rules import RULES, OptimizerRule
 from ..ops.precision import resolve_precision
@@ -97,7 +97,8 @@ class AbstractStrategy:
         if self._store is None or self._store.pop != pop:
             self._store = NoiseStore(pop, {n: self.specs[n] for n in self.trainable}, self.lowrank,
                                      {n: self.params[n].device for n in self.trainable},
-                                     self.config.noise_cache_mib * 2**20, self._sigma_scales)
+                                     self.config.noise_cache_mib * 2**20, self._sigma_scales,
+                                     self.rule.noise_overlays())
         return self._store
 
     def noise(self, name: str, pop: Population, lo: int, hi: int) -> Noise:
@@ -143,6 +144,8 @@ class AbstractStrategy:
     def update(self, pop: Population, shaped: Tensor) -> StepMetrics:
         """Apply the update of ``pop`` from shaped fitness (what every replica runs)."""
         self._check_pop(pop)
+        store = self.store(pop)
+        self.rule.prepare(pop, {n: coefficient(store, n) for n in self.trainable}, self.lowrank)
         grads = self.estimate(pop, shaped, consume=True)
         self._store = None
         grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads.values()]))
@@ -150,7 +153,7 @@ class AbstractStrategy:
         self.rule.apply(grads, factor)
         self.step += 1
         return StepMetrics({"step": self.step, "grad_norm": grad_norm, "sigma": pop.sigma,
-                            "lr": self.rule.lrs(self.lr_factor(self.step))[0]})
+                            "lr": self.rule.lrs(self.lr_factor(self.step))[0], **self.rule.metrics()})
 
     def gradient_estimate(self, fitness, pop: Population | None = None, weights=None) -> dict[str, Tensor]:
         """Raw ES estimate ĝ = (1/(Nσ)) Σ f_i ε_i of ∇ E[fitness], per parameter name; no update."""
