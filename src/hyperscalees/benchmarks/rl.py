@@ -45,7 +45,7 @@ from .base import BenchSetupError, Report, environment
 
 QUESTION = "wall clock to an RL target: ES vs PPO (stable-baselines3, rl-zoo tuned), same budget, median over seeds"
 THRESHOLDS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}
-PPO_PACKAGES = ("torch==2.13.0", "stable-baselines3", "gymnasium==1.4.0")
+PPO_PACKAGES = ("torch==2.13.0", "stable-baselines3", "gymnasium[mujoco]==1.4.0")  # mujoco: HalfCheetah-v5
 READY_FILE = ".hyperscalees-ready"  # written last: a venv without it is a broken install and is rebuilt
 ES_EVAL_EVERY = 5     # ES steps between evaluations (the ES side may tune this)
 # Per-env ES settings, the counterpart of PPO's rl-zoo tuned ones, from a small sweep on Pendulum-v1
@@ -158,10 +158,11 @@ def venv_commands(path: Path) -> list[list[str]]:
 def ensure_ppo_venv(log=print) -> Path:
     """The PPO venv's python, building the venv first if it is not there (once, then reused)."""
     path = venv_dir()
-    if (path / READY_FILE).exists() and venv_python(path).exists():
+    ready = path / READY_FILE
+    if ready.exists() and venv_python(path).exists() and ready.read_text().split() == list(PPO_PACKAGES):
         return venv_python(path)
     if path.exists():
-        shutil.rmtree(path)  # left by an interrupted or failed build
+        shutil.rmtree(path)  # left by an interrupted or failed build, or built for other packages
     log(f"bench rl: building the PPO venv {path} ({' '.join(PPO_PACKAGES)}); once, a minute or more")
     for cmd in venv_commands(path):
         try:

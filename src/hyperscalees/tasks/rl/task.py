@@ -138,6 +138,15 @@ class RLTask(AbstractTask):
                 "eval_return_std": float(ok.std()) if ok.numel() > 1 else 0.0,
                 "eval_broken": int(ep.broken.sum()), "env_steps": self.env_steps}
 
+    def render(self, model: nn.Module, path, episodes: int = 1, every: int = 1):
+        """The first ``episodes`` evaluation episodes as a GIF at ``path`` (tasks/rl/render.py)."""
+        from .render import render_episodes
+        if not isinstance(episodes, int) or episodes < 1:
+            raise ValueError(f"episodes to render must be an integer >= 1, got {episodes!r}")
+        keys = pair_keys(fold_in(self.seed, _EVAL_STREAM), torch.arange(episodes))
+        with torch_threads(self.options.threads):
+            return render_episodes(model, self.options.env, keys, self.max_steps, path, self.device, every)
+
     def metric_names(self):
         return ("eval_return", "eval_return_std", "eval_broken", "env_steps")
 
