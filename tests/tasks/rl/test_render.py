@@ -38,12 +38,12 @@ def gif_frames(path):
 
 def eval_episode_returns(task, model, n):
     keys = pair_keys(fold_in(task.seed, _EVAL_STREAM), torch.arange(n))
-    return rollout(model, task._env(n), keys, task.max_steps).returns
+    return rollout(model, task._env(n), keys, task.eval_max_steps).returns
 
 
 @pytest.mark.parametrize("env,max_steps,fps", [("CartPole-v1", 0, 50), ("Pendulum-v1", 15, 30)])
 def test_the_gif_replays_the_evaluation_episodes_frame_by_frame(tmp_path, env, max_steps, fps):
-    task = RLTask(seed=3, options={"env": env, "max_steps": max_steps})
+    task = RLTask(seed=3, options={"env": env, "eval_max_steps": max_steps})
     model = task.build_model()
     out = tmp_path / "policy.gif"
     r = task.render(model, out, episodes=2)
@@ -61,7 +61,7 @@ def test_the_gif_replays_the_evaluation_episodes_frame_by_frame(tmp_path, env, m
 
 
 def test_frame_stride_keeps_every_sth_frame(tmp_path):
-    task = RLTask(seed=3, options={"env": "Pendulum-v1", "max_steps": 9})
+    task = RLTask(seed=3, options={"env": "Pendulum-v1", "eval_max_steps": 9})
     r = task.render(task.build_model(), tmp_path / "a.gif", episodes=1, every=3)
     assert r.frames == 4 and r.fps == 10  # states 0, 3, 6, 9 of 10
 
