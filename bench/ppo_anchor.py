@@ -84,6 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-episodes", type=int, default=20, help="episodes per evaluation")
     p.add_argument("--max-seconds", type=float, default=900.0, help="wall-clock cap from the start of learn()")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--final-eval", action="store_true", help="evaluate once more when training stops")
     p.add_argument("--timesteps", type=int, default=None, help="env steps to train at most (default: the zoo's)")
     args = p.parse_args(argv)
     if args.threshold is None:
@@ -126,18 +127,22 @@ def run(args: argparse.Namespace) -> dict:
             self.t0, self.eval_s, self.next_eval = time.perf_counter(), 0.0, args.eval_every
             self.curve, self.hit, self.stopped = [], None, "timesteps"
 
+        def evaluate(self) -> tuple[float, float, float]:
+            """(wall, mean, std) of one evaluation, appended to the curve; its time counts as eval time."""
+            te = time.perf_counter()
+            if isinstance(eval_env, VecNormalize):
+                sync_envs_normalization(self.training_env, eval_env)
+            mean, std = evaluate_policy(self.model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
+            now = time.perf_counter()
+            self.eval_s += now - te
+            wall = now - self.t0
+            self.curve.append([round(wall, 4), self.num_timesteps, float(mean)])
+            return wall, float(mean), float(std)
+
         def _on_step(self) -> bool:
             if self.num_timesteps >= self.next_eval:
                 self.next_eval = (self.num_timesteps // args.eval_every + 1) * args.eval_every
-                te = time.perf_counter()
-                if isinstance(eval_env, VecNormalize):
-                    sync_envs_normalization(self.training_env, eval_env)
-                mean, std = evaluate_policy(self.model, eval_env, n_eval_episodes=args.eval_episodes,
-                                            deterministic=True)
-                now = time.perf_counter()
-                self.eval_s += now - te
-                wall = now - self.t0
-                self.curve.append([round(wall, 4), self.num_timesteps, float(mean)])
+                wall, mean, std = self.evaluate()
                 if mean >= args.threshold:
                     self.hit = dict(wall_s=wall, train_s=wall - self.eval_s, env_steps=self.num_timesteps,
                                     eval_mean=float(mean), eval_std=float(std))
@@ -150,6 +155,8 @@ def run(args: argparse.Namespace) -> dict:
 
     cb = ThresholdStop()
     model.learn(total_timesteps=n_timesteps, callback=cb)
+    if args.final_eval and cb.hit is None and (not cb.curve or cb.curve[-1][1] != model.num_timesteps):
+        cb.evaluate()  # the policy training ended with, not the last scheduled evaluation's
     total_wall = time.perf_counter() - cb.t0
     total_train = total_wall - cb.eval_s
     hit = cb.hit or {}

@@ -129,3 +129,13 @@ def test_a_broken_env_counts_as_the_worst_episode_and_never_reaches_the_weights(
 
 def test_rl_is_a_registered_task():
     assert TASKS["rl"] is RLTask and RLTask.metric == "eval_return"
+
+
+def test_progress_reports_the_env_steps_of_the_last_step():
+    task = RLTask(seed=0, options={"env": "Pendulum-v1", "max_steps": 10})
+    es_model = task.build_model()
+    assert task.progress(1.0) == {"env_steps/s": "0"}
+    task.fitness(es_model, 0, 4, step=0)          # 4 members x 1 episode x 10 steps
+    assert task.progress(0.5) == {"env_steps/s": "80"}
+    task.fitness(es_model, 0, 2, step=1)
+    assert task.progress(2.0) == {"env_steps/s": "10"} and task.progress(0.0) == {}

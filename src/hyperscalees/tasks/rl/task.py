@@ -96,6 +96,7 @@ class RLTask(AbstractTask):
         self.stats = RunningStats(self.spaces.obs_dim)
         self.stats_step = 0
         self.env_steps = 0
+        self._steps_seen = 0  # env_steps at the last progress() call
         self._envs: dict[int, object] = {}
 
     # -- model -------------------------------------------------------------------------
@@ -165,6 +166,11 @@ class RLTask(AbstractTask):
         with torch_threads(self.options.threads):
             return render_episodes(model, self.options.env, keys, self.eval_max_steps, path, self.device, every)
 
+    def progress(self, step_seconds: float) -> dict[str, str]:
+        """Training env steps per second of the step that just ran (evaluations not counted)."""
+        done, self._steps_seen = self.env_steps - self._steps_seen, self.env_steps
+        return {"env_steps/s": f"{done / step_seconds:.3g}"} if step_seconds > 0 else {}
+
     def metric_names(self):
         return ("eval_return", "eval_return_std", "eval_broken", "env_steps")
 
@@ -177,4 +183,4 @@ class RLTask(AbstractTask):
             return
         self.stats.load_state_dict(state["stats"])
         self.stats_step = int(state["stats_step"])
-        self.env_steps = int(state["env_steps"])
+        self.env_steps = self._steps_seen = int(state["env_steps"])
