@@ -128,6 +128,7 @@ def test_es_invocation_is_train_rl_with_the_budget_seed_and_run_directory(tmp_pa
     assert "--json" in argv
     tuned = dict(zip(rl.ES_FLAGS["Pendulum-v1"][::2], rl.ES_FLAGS["Pendulum-v1"][1::2]))
     assert flags == {"--seed": "3", "--time-budget": "120", "--eval-every": str(rl.ES_EVAL_EVERY),
+                     "--steps": str(rl.ES_MAX_STEPS),
                      "--out": str(tmp_path / "run"), **tuned}
     cartpole = rl.es_invocation("CartPole-v1", 3, 120.0, tmp_path / "run", threads=1)[0]
     assert "--population" not in cartpole  # the task's defaults
