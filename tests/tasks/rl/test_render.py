@@ -89,3 +89,12 @@ def test_missing_imageio_names_the_extra(tmp_path, monkeypatch):
     task = RLTask(seed=0, options={"env": "CartPole-v1"})
     with pytest.raises(RuntimeError, match=r"hyperscalees\[rl\]"):
         render_episodes(task.build_model(), "CartPole-v1", torch.tensor([1]), 5, tmp_path / "x.gif")
+
+
+def test_eval_refuses_episodes_and_render_for_tasks_without_them(tmp_path, capsys):
+    run(make_config("xor", es={"population": 8}, engine={"steps": 1, "device": "cpu", "out": str(tmp_path)}),
+        LocalBackend())
+    code, _, err = invoke(["eval", str(tmp_path), "--episodes", "5"], capsys)
+    assert code == 2 and "'xor' has no evaluation episodes" in err
+    code, _, err = invoke(["eval", str(tmp_path), "--render", str(tmp_path / "x.gif")], capsys)
+    assert code == 2 and "'xor' cannot draw itself" in err and not (tmp_path / "x.gif").exists()
