@@ -55,10 +55,25 @@ def _imageio():
 def _make_render_env(env_id: str):
     gym = gymnasium()
     try:
-        return gym.make(env_id, render_mode="rgb_array")
+        env = gym.make(env_id, render_mode="rgb_array")
     except gym.error.DependencyNotInstalled as e:
         raise RuntimeError(f"cannot render {env_id}: {e} (classic control: pip install 'hyperscalees[rl]'; "
                            "MuJoCo: pip install 'hyperscalees[mujoco]')") from None
+    _follow_the_body(env)
+    return env
+
+
+def _follow_the_body(env) -> None:
+    """MuJoCo locomotion models have a camera named "track" that follows the body, but gymnasium
+    1.4 renders them from a free camera that stays put, so a running HalfCheetah leaves the
+    picture after about two seconds: render from the model's "track" camera where there is one."""
+    renderer = getattr(env.unwrapped, "mujoco_renderer", None)
+    if renderer is None:
+        return
+    import mujoco
+    track = mujoco.mj_name2id(renderer.model, mujoco.mjtObj.mjOBJ_CAMERA, "track")
+    if track != -1:
+        renderer.camera_id = track
 
 
 def _start(env, env_id: str, key: int, device) -> np.ndarray:
