@@ -20,6 +20,7 @@ from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
 from ..tasks import TASKS
+from ..tasks.rl.task import STARTS
 from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, json_line, os_error
 
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
@@ -74,7 +75,7 @@ HELP = {
     "normalize": "leave observations unnormalised (by default: running mean/std shared by the population)",
     "threads": "torch threads for rollouts and evaluations (1: small policies run fastest on one)",
 }
-OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": ("step", "pair")}
+OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": STARTS}
 METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
             "steps": "N", "chunk": "N", "device": "DEVICE"}
 
