@@ -27,7 +27,7 @@ def register(subparsers) -> None:
                         "gymnasium[classic-control], imageio; MuJoCo envs also need MUJOCO_GL=egl or osmesa)")
     p.add_argument("--render-episodes", type=int, default=1, metavar="K", help="episodes in the GIF (default: 1)")
     p.add_argument("--frame-every", type=int, default=1, metavar="S",
-                   help="keep every S-th frame in the GIF, played S times faster (default: 1)")
+                   help="keep every S-th frame in the GIF: a smaller file, still played in real time (default: 1)")
     p.set_defaults(func=run)
 
 
