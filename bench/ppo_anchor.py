@@ -13,6 +13,12 @@ the library. Protocol (shared/research/baselines.md §3):
   wall clock, or when the zoo's ``n_timesteps`` run out (CartPole: 1e5, so the ``lin_``
   schedules decay as in the zoo; Pendulum has no schedule and a 5e6 horizon, i.e. the
   wall-clock cap).
+- MuJoCo (``HalfCheetah-v5``, with ``gymnasium[mujoco]`` in the venv): the zoo's tuned
+  ``HalfCheetah-v3`` entry (v5 has the same model and reward), ``normalize: true`` as the zoo
+  does it: ``VecNormalize`` on the training env (observations and rewards), and the eval env
+  normalising observations with the training statistics, synced before every evaluation,
+  rewards raw. It has no threshold: run it for ``--max-seconds`` (``--timesteps`` lifts the
+  zoo's 1e6 horizon; its learning rate is constant, so nothing else depends on it).
 - Clocks start at the start of ``learn()`` (model construction, about 1 s, is excluded);
   ``wall_s`` includes the evaluations, ``train_s`` excludes them.
 
@@ -21,6 +27,8 @@ threshold (null when not reached), totals, env steps/s of training, versions, an
 curve as [wall seconds, env steps, mean eval return] per evaluation.
 
     python bench/ppo_anchor.py --env CartPole-v1 --seed 0 [--max-seconds 900] [--threads 1]
+    python bench/ppo_anchor.py --env HalfCheetah-v5 --max-seconds 1800 --timesteps 100000000 \
+        --eval-every 50000 --eval-episodes 10
 """
 from __future__ import annotations
 
@@ -39,6 +47,11 @@ ZOO = {
                         n_epochs=20, ent_coef=0.0, learning_rate="lin_1e-3", clip_range="lin_0.2"),
     "Pendulum-v1": dict(n_envs=4, n_timesteps=5_000_000, n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10,
                         ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4),
+    "HalfCheetah-v5": dict(normalize=True, n_envs=1, n_timesteps=1_000_000, batch_size=64, n_steps=512, gamma=0.98,
+                           learning_rate=2.0633e-05, ent_coef=0.000401762, clip_range=0.1, n_epochs=20,
+                           gae_lambda=0.92, max_grad_norm=0.8, vf_coef=0.58096,
+                           policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn="relu",
+                                              net_arch=dict(pi=[256, 256], vf=[256, 256]))),
 }
 
 
@@ -48,8 +61,13 @@ def linear_schedule(start: float):
 
 
 def ppo_kwargs(env_id: str) -> tuple[int, int, dict]:
-    """(n_envs, n_timesteps, keyword arguments of PPO) for ``env_id``, schedules resolved."""
+    """(n_envs, n_timesteps, keyword arguments of PPO) for ``env_id``, schedules resolved.
+
+    ``normalize`` (VecNormalize, not a PPO argument) is left out; ``activation_fn`` stays a name
+    (torch is imported in :func:`run` only).
+    """
     hp = dict(ZOO[env_id])
+    hp.pop("normalize", None)
     n_envs, n_timesteps = hp.pop("n_envs"), hp.pop("n_timesteps")
     for key, value in hp.items():
         if isinstance(value, str) and value.startswith("lin_"):
@@ -66,9 +84,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-episodes", type=int, default=20, help="episodes per evaluation")
     p.add_argument("--max-seconds", type=float, default=900.0, help="wall-clock cap from the start of learn()")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--final-eval", action="store_true", help="evaluate once more when training stops")
+    p.add_argument("--timesteps", type=int, default=None, help="env steps to train at most (default: the zoo's)")
     args = p.parse_args(argv)
     if args.threshold is None:
-        args.threshold = THRESHOLDS[args.env]
+        args.threshold = THRESHOLDS.get(args.env, float("inf"))  # no target: run to the clock
     return args
 
 
@@ -81,14 +101,23 @@ def run(args: argparse.Namespace) -> dict:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
     # One thread by default: this policy is a 64x64 MLP, and on the project's 2-core machine two
     # intra-op threads make such small ops slower and the timings erratic whenever anything else
     # runs (ecosystem.md §0: PPO CartPole 10k steps took 5.6-6.1 s at 1 thread, 11-75 s at 2).
     torch.set_num_threads(args.threads)
     n_envs, n_timesteps, kwargs = ppo_kwargs(args.env)
+    n_timesteps = args.timesteps or n_timesteps
+    if "policy_kwargs" in kwargs:
+        kwargs["policy_kwargs"] = {**kwargs["policy_kwargs"],
+                                   "activation_fn": {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[
+                                       kwargs["policy_kwargs"].get("activation_fn", "tanh")]}
     env = make_vec_env(args.env, n_envs=n_envs, seed=args.seed)
     eval_env = make_vec_env(args.env, n_envs=1, seed=args.seed + 1000)
+    if ZOO[args.env].get("normalize"):
+        env = VecNormalize(env, gamma=kwargs["gamma"])  # the zoo's normalize: true, with the algorithm's gamma
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
     model = PPO("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **kwargs)
 
     class ThresholdStop(BaseCallback):
@@ -98,16 +127,22 @@ def run(args: argparse.Namespace) -> dict:
             self.t0, self.eval_s, self.next_eval = time.perf_counter(), 0.0, args.eval_every
             self.curve, self.hit, self.stopped = [], None, "timesteps"
 
+        def evaluate(self) -> tuple[float, float, float]:
+            """(wall, mean, std) of one evaluation, appended to the curve; its time counts as eval time."""
+            te = time.perf_counter()
+            if isinstance(eval_env, VecNormalize):
+                sync_envs_normalization(self.training_env, eval_env)
+            mean, std = evaluate_policy(self.model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
+            now = time.perf_counter()
+            self.eval_s += now - te
+            wall = now - self.t0
+            self.curve.append([round(wall, 4), self.num_timesteps, float(mean)])
+            return wall, float(mean), float(std)
+
         def _on_step(self) -> bool:
             if self.num_timesteps >= self.next_eval:
                 self.next_eval = (self.num_timesteps // args.eval_every + 1) * args.eval_every
-                te = time.perf_counter()
-                mean, std = evaluate_policy(self.model, eval_env, n_eval_episodes=args.eval_episodes,
-                                            deterministic=True)
-                now = time.perf_counter()
-                self.eval_s += now - te
-                wall = now - self.t0
-                self.curve.append([round(wall, 4), self.num_timesteps, float(mean)])
+                wall, mean, std = self.evaluate()
                 if mean >= args.threshold:
                     self.hit = dict(wall_s=wall, train_s=wall - self.eval_s, env_steps=self.num_timesteps,
                                     eval_mean=float(mean), eval_std=float(std))
@@ -120,6 +155,8 @@ def run(args: argparse.Namespace) -> dict:
 
     cb = ThresholdStop()
     model.learn(total_timesteps=n_timesteps, callback=cb)
+    if args.final_eval and cb.hit is None and (not cb.curve or cb.curve[-1][1] != model.num_timesteps):
+        cb.evaluate()  # the policy training ended with, not the last scheduled evaluation's
     total_wall = time.perf_counter() - cb.t0
     total_train = total_wall - cb.eval_s
     hit = cb.hit or {}
@@ -130,7 +167,7 @@ def run(args: argparse.Namespace) -> dict:
         "total_wall_s": total_wall, "total_train_s": total_train, "total_env_steps": model.num_timesteps,
         "env_steps_per_s": model.num_timesteps / total_train if total_train > 0 else None,
         "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "max_seconds": args.max_seconds,
-        "threads": torch.get_num_threads(), "hyperparams": ZOO[args.env],
+        "threads": torch.get_num_threads(), "hyperparams": ZOO[args.env], "n_timesteps": n_timesteps,
         "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
                      "gymnasium": gymnasium.__version__, "python": platform.python_version()},
         "curve": cb.curve,

@@ -128,6 +128,7 @@ def test_es_invocation_is_train_rl_with_the_budget_seed_and_run_directory(tmp_pa
     assert "--json" in argv
     tuned = dict(zip(rl.ES_FLAGS["Pendulum-v1"][::2], rl.ES_FLAGS["Pendulum-v1"][1::2]))
     assert flags == {"--seed": "3", "--time-budget": "120", "--eval-every": str(rl.ES_EVAL_EVERY),
+                     "--steps": str(rl.ES_MAX_STEPS),
                      "--out": str(tmp_path / "run"), **tuned}
     cartpole = rl.es_invocation("CartPole-v1", 3, 120.0, tmp_path / "run", threads=1)[0]
     assert "--population" not in cartpole  # the task's defaults
@@ -148,9 +149,22 @@ def test_a_built_venv_is_reused(tmp_path, monkeypatch):
     py = rl.venv_python(rl.venv_dir())
     py.parent.mkdir(parents=True)
     py.touch()
-    (rl.venv_dir() / rl.READY_FILE).touch()
+    (rl.venv_dir() / rl.READY_FILE).write_text(" ".join(rl.PPO_PACKAGES) + "\n")
     monkeypatch.setattr(rl, "venv_commands", lambda path: pytest.fail("rebuilt a venv that was ready"))
     assert rl.ensure_ppo_venv(log=quiet) == py
+
+
+def test_a_venv_built_for_other_packages_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYPERSCALEES_CACHE", str(tmp_path))
+    py = rl.venv_python(rl.venv_dir())
+    py.parent.mkdir(parents=True)
+    py.touch()
+    (rl.venv_dir() / rl.READY_FILE).write_text("torch==2.13.0 stable-baselines3 gymnasium==1.4.0\n")
+    built = []
+    monkeypatch.setattr(rl, "venv_commands", lambda path: built.append(path) or [["mkdir", "-p", str(py.parent)],
+                                                                                 ["touch", str(py)]])
+    assert rl.ensure_ppo_venv(log=quiet) == py and built == [rl.venv_dir()]
+    assert (rl.venv_dir() / rl.READY_FILE).read_text().split() == list(rl.PPO_PACKAGES)
 
 
 def test_ppo_anchor_parses_flags_without_stable_baselines3():

@@ -45,13 +45,15 @@ from .base import BenchSetupError, Report, environment
 
 QUESTION = "wall clock to an RL target: ES vs PPO (stable-baselines3, rl-zoo tuned), same budget, median over seeds"
 THRESHOLDS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}
-PPO_PACKAGES = ("torch==2.13.0", "stable-baselines3", "gymnasium==1.4.0")
+PPO_PACKAGES = ("torch==2.13.0", "stable-baselines3", "gymnasium[mujoco]==1.4.0")  # mujoco: HalfCheetah-v5
 READY_FILE = ".hyperscalees-ready"  # written last: a venv without it is a broken install and is rebuilt
 ES_EVAL_EVERY = 5     # ES steps between evaluations (the ES side may tune this)
-# Per-env ES settings, the counterpart of PPO's rl-zoo tuned ones, from a small sweep on Pendulum-v1
-# (README: not yet robust, 3 of 5 seeds). Anything not listed runs the rl task's defaults.
-ES_FLAGS = {"Pendulum-v1": ["--episodes", "2", "--population", "256", "--sigma", "0.1", "--lr", "0.1",
-                            "--rank", "8"]}
+ES_MAX_STEPS = 1_000_000  # the wall-clock budget ends an ES run, not the task's default step count
+# Per-env ES settings, the counterpart of PPO's rl-zoo tuned ones, from a sweep on Pendulum-v1 (README,
+# "Reinforcement learning vs PPO"): OpenAI ES's per-pair episode starts, one episode per member, 256 pairs,
+# a large Adam step that decays. Anything not listed runs the rl task's defaults.
+ES_FLAGS = {"Pendulum-v1": ["--starts", "pair", "--episodes", "1", "--population", "512", "--sigma", "0.1",
+                            "--lr", "0.25", "--lr-decay", "0.99", "--rank", "8"]}
 STARTUP_SLACK_S = 300  # past the budget before a run is killed: interpreter, imports, env and model set-up
 STOP_GRACE_S = 60      # for an ES run to save and exit after its SIGTERM
 POLL_S = 0.5
@@ -75,7 +77,8 @@ def es_invocation(env_id: str, seed: int, budget: float, out_dir: Path, threads:
     (cumulative env steps) makes env steps/s appear in the report.
     """
     argv = [sys.executable, "-m", "hyperscalees.cli.main", "train", "rl", "--env", env_id, "--seed", str(seed),
-            "--json", "--time-budget", f"{budget:g}", "--eval-every", str(ES_EVAL_EVERY), "--out", str(out_dir),
+            "--json", "--time-budget", f"{budget:g}", "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_EVAL_EVERY),
+            "--out", str(out_dir),
             *ES_FLAGS.get(env_id, [])]
     return argv, {"OMP_NUM_THREADS": str(threads)}  # the same intra-op thread count as PPO
 
@@ -158,10 +161,11 @@ def venv_commands(path: Path) -> list[list[str]]:
 def ensure_ppo_venv(log=print) -> Path:
     """The PPO venv's python, building the venv first if it is not there (once, then reused)."""
     path = venv_dir()
-    if (path / READY_FILE).exists() and venv_python(path).exists():
+    ready = path / READY_FILE
+    if ready.exists() and venv_python(path).exists() and ready.read_text().split() == list(PPO_PACKAGES):
         return venv_python(path)
     if path.exists():
-        shutil.rmtree(path)  # left by an interrupted or failed build
+        shutil.rmtree(path)  # left by an interrupted or failed build, or built for other packages
     log(f"bench rl: building the PPO venv {path} ({' '.join(PPO_PACKAGES)}); once, a minute or more")
     for cmd in venv_commands(path):
         try:

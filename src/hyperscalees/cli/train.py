@@ -20,6 +20,7 @@ from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
 from ..tasks import TASKS
+from ..tasks.rl.task import STARTS
 from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, json_line, os_error
 
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
@@ -77,12 +78,14 @@ HELP = {
     "points": "grid points on [-2, 2] the fitness is measured on (>= 2)",
     "env": "gymnasium environment id (CartPole-v1 and Pendulum-v1 run batched; others as a sync vector env)",
     "episodes": "episodes per member per step; their returns are averaged",
-    "layers": "hidden layers of the policy", "max_steps": "cap on episode length (0: the environment's limit)",
+    "layers": "hidden layers of the policy", "max_steps": "cap on training episodes' length (0: the environment's limit)",
+    "eval_max_steps": "cap on evaluation episodes' length (0: the environment's limit, as returns are reported)",
     "eval_episodes": "episodes of the unperturbed policy per evaluation (fixed starts)",
+    "starts": "who shares a step's episode starts: every member (step) or only a pair's twins (pair)",
     "normalize": "leave observations unnormalised (by default: running mean/std shared by the population)",
     "threads": "torch threads for rollouts and evaluations (1: small policies run fastest on one)",
 }
-OPTION_CHOICES = {"activation": tuple(ACTIVATIONS)}
+OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": STARTS}
 METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
             "steps": "N", "chunk": "N", "device": "DEVICE"}
 

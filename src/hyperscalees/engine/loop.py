@@ -93,7 +93,8 @@ def run(cfg: TrainConfig, backend) -> dict:
                     logger.log(row)
                 bar.update(1)
                 bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
-                                **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"})
+                                **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"},
+                                **task.progress(step_time))
                 if out and eng.checkpoint_every and es.step % eng.checkpoint_every == 0 and not last:
                     save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict())
                 if out_of_time and es.step < eng.steps:

@@ -85,6 +85,10 @@ class AbstractTask:
         """Keys :meth:`evaluate` returns, for fixed CSV columns."""
         return (self.metric,)
 
+    def progress(self, step_seconds: float) -> dict[str, str]:
+        """Extra progress-bar fields after a step that took ``step_seconds`` (RL: env steps/s)."""
+        return {}
+
     # -- state a resumed run must restore ----------------------------------------------
     def state_dict(self) -> dict:
         """What the task has accumulated while training (e.g. observation statistics, a data

@@ -129,3 +129,29 @@ def test_a_broken_env_counts_as_the_worst_episode_and_never_reaches_the_weights(
 
 def test_rl_is_a_registered_task():
     assert TASKS["rl"] is RLTask and RLTask.metric == "eval_return"
+
+
+def test_progress_reports_the_env_steps_of_the_last_step():
+    task = RLTask(seed=0, options={"env": "Pendulum-v1", "max_steps": 10})
+    es_model = task.build_model()
+    assert task.progress(1.0) == {"env_steps/s": "0"}
+    task.fitness(es_model, 0, 4, step=0)          # 4 members x 1 episode x 10 steps
+    assert task.progress(0.5) == {"env_steps/s": "80"}
+    task.fitness(es_model, 0, 2, step=1)
+    assert task.progress(2.0) == {"env_steps/s": "10"} and task.progress(0.0) == {}
+
+
+@pytest.mark.parametrize("starts", ["step", "pair"])
+def test_episode_starts_are_shared_as_asked_and_chunking_meets_the_same_ones(starts):
+    task = RLTask(seed=4, options={"env": "Pendulum-v1", "episodes": 3, "starts": starts})
+    keys = task.episode_keys(step=2, lo=0, hi=8).view(8, 3)       # (member, episode)
+    assert torch.equal(keys[0::2], keys[1::2])                      # a pair's twins always share their starts
+    assert len(set(keys[0].tolist())) == 3                          # a member's episodes differ
+    assert torch.equal(keys[0], keys[2]) == (starts == "step")      # pairs share them only with "step"
+    if starts == "pair":
+        assert len(set(keys.reshape(-1).tolist())) == 4 * 3
+    chunk = task.episode_keys(step=2, lo=4, hi=8).view(4, 3)
+    assert torch.equal(chunk, keys[4:])                             # a chunk meets its members' starts
+    assert not torch.equal(task.episode_keys(step=3, lo=0, hi=8).view(8, 3), keys)  # new starts every step
+    with pytest.raises(ValueError, match="'twins'"):
+        RLTask(options={"env": "Pendulum-v1", "starts": "twins"})

@@ -70,6 +70,12 @@ class GymVectorEnv:
             obs, _ = self.env.reset(seed=[int(k) & 0x7FFFFFFF for k in keys.tolist()])
         return torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
 
+    def start_states(self) -> np.ndarray:
+        """(n, 4) float64 states the last reset set (CartPoleVectorEnv only: what a single env is given)."""
+        if self.mode != "vector_entry_point":
+            raise NotImplementedError(f"{self.env_id}: a sync vector env is reset by seed, not by state")
+        return np.asarray(self.env.unwrapped.state, dtype=np.float64).T.copy()
+
     def step(self, actions: Tensor):
         a = actions.detach().cpu().numpy()
         obs, reward, terminated, truncated, _ = self.env.step(a)
@@ -93,6 +99,10 @@ class TorchPendulumEnv:
     def reset(self, keys: Tensor) -> Tensor:
         u = start_uniforms(keys, 2).to(self.env.device)
         return self.env.reset_to((u[:, 0] * 2 - 1) * math.pi, u[:, 1] * 2 - 1)
+
+    def start_states(self) -> np.ndarray:
+        """(n, 2) float64 [θ, θ̇] of the last reset: what gymnasium's ``unwrapped.state`` holds."""
+        return torch.stack((self.env.theta, self.env.theta_dot), -1).double().cpu().numpy()
 
     def step(self, actions: Tensor):
         return self.env.step(actions)

@@ -33,6 +33,7 @@ from .rollout import rollout
 
 TARGETS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}  # "solved" returns (issue #10's acceptance)
 _EVAL_STREAM = 0xE7A1  # evaluation starts: one fixed set per run, never a training step's
+STARTS = ("step", "pair")
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,22 @@ class RLOptions:
     hidden: int = 32
     layers: int = 2
     activation: str = "tanh"
-    max_steps: int = 0          # cap on episode length; 0: the environment's own limit
+    max_steps: int = 0          # cap on training episodes' length; 0: the environment's own limit
     eval_episodes: int = 100
+    eval_max_steps: int = 0     # cap on evaluation episodes' length; 0: the environment's own limit
     normalize: bool = True      # running observation normalisation
+    starts: str = "step"        # who shares episode starts: "step" (every member) or "pair" (a pair's twins)
     threads: int = 1
 
     def __post_init__(self):
         check_options(self, positive=("episodes", "hidden", "layers", "eval_episodes", "threads"),
                       activation=self.activation)
-        if not isinstance(self.max_steps, int) or self.max_steps < 0:
-            raise ValueError(f"max_steps must be an integer >= 0, got {self.max_steps!r}")
+        if self.starts not in STARTS:
+            raise ValueError(f"unknown starts {self.starts!r}; choose one of {list(STARTS)}")
+        for name in ("max_steps", "eval_max_steps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
 
 
 @contextlib.contextmanager
@@ -82,10 +89,14 @@ class RLTask(AbstractTask):
         self.spaces = probe.spaces
         probe.close()
         self.max_steps = o.max_steps or self.spaces.max_steps
+        # Evaluation scores whole episodes unless told otherwise: a short training horizon (a cheap
+        # fitness, e.g. HalfCheetah) must not shorten the return that is reported.
+        self.eval_max_steps = o.eval_max_steps or self.spaces.max_steps
         self.target = TARGETS.get(o.env)
         self.stats = RunningStats(self.spaces.obs_dim)
         self.stats_step = 0
         self.env_steps = 0
+        self._steps_seen = 0  # env_steps at the last progress() call
         self._envs: dict[int, object] = {}
         self.record_chunks = False  # a distributed worker sets it: fitness keeps what it added (chunk_log)
         self._chunk_log: dict | None = None
@@ -102,10 +113,18 @@ class RLTask(AbstractTask):
         return self._envs[n]
 
     def episode_keys(self, step: int, lo: int, hi: int) -> Tensor:
-        """(n,) start keys of members [lo, hi), E per member: episode e of a step starts from the same
-        state for every member (common random numbers: members are ranked on equal footing, and a
-        pair's twins differ only by their noise sign)."""
+        """(n,) start keys of members [lo, hi), E per member, a function of (seed, step, index) alone.
+
+        ``starts="step"``: episode e of a step starts from the same state for every member (common
+        random numbers: members are ranked on equal footing), so a step's update follows E starts.
+        ``starts="pair"``: only a pair's twins share starts (they still differ only by their noise
+        sign) and every pair meets E new ones, so an update follows P/2·E starts (OpenAI ES's
+        choice): slower to rank on equal terms, but it cannot overfit a step's few starts.
+        """
         e = self.options.episodes
+        if self.options.starts == "pair":
+            first = (torch.arange(lo, hi) // 2) * e
+            return pair_keys(fold_in(self.seed, step), (first.view(-1, 1) + torch.arange(e)).reshape(-1))
         return pair_keys(fold_in(self.seed, step), torch.arange(e).repeat(hi - lo))
 
     def _sync_stats(self, model: nn.Module, step: int) -> None:
@@ -149,12 +168,26 @@ class RLTask(AbstractTask):
         n = self.options.eval_episodes
         keys = pair_keys(fold_in(self.seed, _EVAL_STREAM), torch.arange(n))
         with torch_threads(self.options.threads):
-            ep = rollout(model, self._env(n), keys, self.max_steps)
+            ep = rollout(model, self._env(n), keys, self.eval_max_steps)
         r = ep.returns
         ok = r[torch.isfinite(r)]
         return {"eval_return": float(ok.mean()) if ok.numel() else math.nan,
                 "eval_return_std": float(ok.std()) if ok.numel() > 1 else 0.0,
                 "eval_broken": int(ep.broken.sum()), "env_steps": self.env_steps}
+
+    def render(self, model: nn.Module, path, episodes: int = 1, every: int = 1):
+        """The first ``episodes`` evaluation episodes as a GIF at ``path`` (tasks/rl/render.py)."""
+        from .render import render_episodes
+        if not isinstance(episodes, int) or episodes < 1:
+            raise ValueError(f"episodes to render must be an integer >= 1, got {episodes!r}")
+        keys = pair_keys(fold_in(self.seed, _EVAL_STREAM), torch.arange(episodes))
+        with torch_threads(self.options.threads):
+            return render_episodes(model, self.options.env, keys, self.eval_max_steps, path, self.device, every)
+
+    def progress(self, step_seconds: float) -> dict[str, str]:
+        """Training env steps per second of the step that just ran (evaluations not counted)."""
+        done, self._steps_seen = self.env_steps - self._steps_seen, self.env_steps
+        return {"env_steps/s": f"{done / step_seconds:.3g}"} if step_seconds > 0 else {}
 
     def metric_names(self):
         return ("eval_return", "eval_return_std", "eval_broken", "env_steps")
@@ -168,4 +201,4 @@ class RLTask(AbstractTask):
             return
         self.stats.load_state_dict(state["stats"])
         self.stats_step = int(state["stats_step"])
-        self.env_steps = int(state["env_steps"])
+        self.env_steps = self._steps_seen = int(state["env_steps"])
