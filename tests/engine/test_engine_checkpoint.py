@@ -229,6 +229,17 @@ def test_a_damaged_file_is_one_clear_error_naming_it(tmp_path, part, how):
         assert load_checkpoint(tmp_path, strategy=False).step == 2
 
 
+def test_a_state_file_in_the_wrong_place_is_named(tmp_path):
+    cfg, model, es = trained(2)
+    files = save_checkpoint(tmp_path, es, cfg.to_dict())
+    files["strategy"].write_bytes(files["task"].read_bytes())
+    with pytest.raises(BadFileError, match=r"strategy file .*strategy-000002\.safetensors' holds the 'task' state"):
+        load_checkpoint(tmp_path)
+    files["strategy"].write_bytes(files["model"].read_bytes())   # plain safetensors without a tree
+    with pytest.raises(BadFileError, match=r"strategy-000002\.safetensors' is unusable: not a state file"):
+        load_checkpoint(tmp_path)
+
+
 @pytest.mark.parametrize("text,why", [
     ("{\"step\": 2, ", "not valid JSON"),
     ("", "empty"),

@@ -160,7 +160,7 @@ def read_tree(path: str | os.PathLike, device: str = "cpu") -> tuple[object, dic
     with safe_open(str(path), framework="pt", device=device) as f:
         metadata = dict(f.metadata() or {})
         if metadata.get(FORMAT_KEY) != FORMAT:
-            raise TreeFormatError(f"not a state file of this library (format {metadata.get(FORMAT_KEY)!r}, "
+            raise TreeFormatError(f"not a state file of this library (format {_brief(metadata.get(FORMAT_KEY))}, "
                                   f"expected {FORMAT!r})")
         try:
             spec = json.loads(metadata.pop(TREE_KEY), parse_constant=_no_constant)
