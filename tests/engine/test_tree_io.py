@@ -9,7 +9,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from hyperscalees.engine.tree_io import (FORMAT, TreeFormatError, flatten, read_tree, same_tree, unflatten,
-                                         write_tree)
+                                         write_flat, write_tree)
 
 
 def every_leaf():
@@ -51,6 +51,19 @@ def test_every_leaf_type_round_trips_exactly(tmp_path):
     assert not back["grad"].requires_grad
     with safe_open(str(tmp_path / "s.safetensors"), "pt") as f:  # plain safetensors, keys spell the path
         assert {"state/0/exp_avg", "clash/0", "clash/0#2", "views/1"} <= set(f.keys())
+
+
+def test_without_copies_only_whole_storages_pass_through(tmp_path):
+    """copy=False (the checkpoint's write-at-once path) copies views and repeats, and still round-trips."""
+    tree = every_leaf()
+    tensors, spec = flatten(tree, copy=False)
+    assert tensors["state/0/exp_avg"] is not tree["state"][0]["exp_avg"]              # detached, not copied:
+    assert tensors["state/0/exp_avg"].data_ptr() == tree["state"][0]["exp_avg"].data_ptr()
+    assert tensors["views/0"].data_ptr() == tree["views"][0].data_ptr()              # the base passes through,
+    assert tensors["views/1"].data_ptr() != tree["views"][1].data_ptr()              # its views are copied,
+    assert tensors["same_object/0"].data_ptr() != tree["same_object"][0].data_ptr()  # and so is a repeat
+    write_flat(tmp_path / "s.safetensors", tensors, spec)                            # no shared-memory refusal
+    assert same_tree(read_tree(tmp_path / "s.safetensors")[0], tree)
 
 
 def test_the_written_tree_is_a_snapshot(tmp_path):

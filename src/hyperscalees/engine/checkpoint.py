@@ -86,7 +86,7 @@ def save_checkpoint(directory: str | os.PathLike, es, config: dict, extra: dict 
     previous = committed_files(directory) or set()
     names = step_file_names(step, previous)
     # flattened first: an unstorable leaf fails here, naming its path, before any file is written
-    states = {"strategy": flatten(sd["strategy"]), "task": flatten(task_state or {})}
+    states = {"strategy": flatten(sd["strategy"], copy=False), "task": flatten(task_state or {}, copy=False)}
     atomic_write(directory / names["model"], lambda tmp: save_file(tensors, tmp, metadata={"step": str(step)}))
     for part, (flat, spec) in states.items():
         header = {"step": str(step), "part": part}

@@ -48,9 +48,15 @@ def _show(path: tuple) -> str:
     return "/".join(str(p) for p in path) or "(root)"
 
 
-def flatten(tree) -> tuple[dict[str, torch.Tensor], object]:
-    """(tensors by key, JSON-able spec) of ``tree``; every tensor a fresh contiguous CPU copy."""
+def flatten(tree, copy: bool = True) -> tuple[dict[str, torch.Tensor], object]:
+    """(tensors by key, JSON-able spec) of ``tree``; every tensor a fresh contiguous CPU copy.
+
+    ``copy=False`` (for writing at once, as a checkpoint does) passes through a tensor that is
+    already a whole contiguous CPU storage of its own, and copies only the others (views,
+    storage seen before, other devices): a 9.4 M-parameter Adam state is then not copied twice.
+    """
     tensors: dict[str, torch.Tensor] = {}
+    storages: set[int] = set()
 
     def walk(node, path: tuple):
         if node is None or type(node) in (bool, int, str):
@@ -58,7 +64,7 @@ def flatten(tree) -> tuple[dict[str, torch.Tensor], object]:
         if type(node) is float:
             return {"float": node.hex()}
         if isinstance(node, torch.Tensor):
-            return {"tensor": _store(tensors, node, path)}
+            return {"tensor": _store(tensors, node, path, None if copy else storages)}
         if isinstance(node, dict):
             for k in node:
                 if type(k) not in (str, int):
@@ -74,7 +80,7 @@ def flatten(tree) -> tuple[dict[str, torch.Tensor], object]:
     return tensors, walk(tree, ())
 
 
-def _store(tensors: dict, t: torch.Tensor, path: tuple) -> str:
+def _store(tensors: dict, t: torch.Tensor, path: tuple, storages: set[int] | None) -> str:
     if t.layout != torch.strided or t.is_quantized or t.device.type == "meta" or t.dtype not in DTYPES:
         raise TreeFormatError(f"cannot store the tensor at {_show(path)!r} ({t.dtype}, {t.layout}, "
                               f"{t.device.type}): only dense tensors of dtypes safetensors knows")
@@ -82,9 +88,19 @@ def _store(tensors: dict, t: torch.Tensor, path: tuple) -> str:
     while key in tensors:  # int key 0 and str key "0" spell the same path
         k += 1
         key = f"{_show(path)}#{k}"
-    # one copy, whatever the device, strides or sharing: a fresh contiguous CPU tensor
-    tensors[key] = torch.empty(t.shape, dtype=t.dtype).copy_(t.detach())
+    t = t.detach()
+    if storages is not None and _owns_storage(t) and t.untyped_storage().data_ptr() not in storages:
+        storages.add(t.untyped_storage().data_ptr())
+        tensors[key] = t
+    else:  # one copy, whatever the device, strides or sharing: a fresh contiguous CPU tensor
+        tensors[key] = torch.empty(t.shape, dtype=t.dtype).copy_(t)
     return key
+
+
+def _owns_storage(t: torch.Tensor) -> bool:
+    """A contiguous CPU tensor spanning its whole storage: safetensors can write it as it is."""
+    return (t.device.type == "cpu" and t.numel() > 0 and t.is_contiguous() and t.storage_offset() == 0
+            and t.untyped_storage().nbytes() == t.numel() * t.element_size())
 
 
 def unflatten(spec, tensors: dict[str, torch.Tensor]):
