@@ -69,23 +69,23 @@ def test_a_save_that_fails_anywhere_keeps_the_previous_checkpoint(tmp_path, monk
     good = snapshot(model)
     task = build(cfg)[0]
     step_once(es, task)
-    real_torch_save, saves = torch.save, []
+    real_write, saves = ckpt_mod.write_flat, []
 
     def failing(*args, **kwargs):
         raise OSError("killed mid-write")
 
-    def torch_save(obj, path):  # strategy first, then task
+    def write_flat(path, *args):  # strategy first, then task
         saves.append(path)
         if (broken == "strategy") == (len(saves) == 1):
             raise OSError("killed mid-write")
-        real_torch_save(obj, path)
+        real_write(path, *args)
 
     if broken == "save_file":
         monkeypatch.setattr(ckpt_mod, "save_file", failing)
     elif broken == "pointer":
         monkeypatch.setattr(ckpt_mod, "json_safe", failing)
     else:
-        monkeypatch.setattr(ckpt_mod.torch, "save", torch_save)
+        monkeypatch.setattr(ckpt_mod, "write_flat", write_flat)
     with pytest.raises(OSError, match="killed mid-write"):
         save_checkpoint(tmp_path, es, cfg.to_dict())
     monkeypatch.undo()
@@ -93,10 +93,10 @@ def test_a_save_that_fails_anywhere_keeps_the_previous_checkpoint(tmp_path, monk
     ck = load_checkpoint(tmp_path)
     assert ck.step == 2 and all(torch.equal(ck.model[k], good[k]) for k in good)
     remove_orphans(tmp_path)  # what the next run does first: files of the failed save go
-    assert step_files(tmp_path) == ["model-000002.safetensors", "strategy-000002.pt", "task-000002.pt"]
+    assert step_files(tmp_path) == ["model-000002.safetensors", "strategy-000002.safetensors", "task-000002.safetensors"]
     save_checkpoint(tmp_path, es, cfg.to_dict())
     assert load_checkpoint(tmp_path).step == 3
-    assert step_files(tmp_path) == ["model-000003.safetensors", "strategy-000003.pt", "task-000003.pt"]
+    assert step_files(tmp_path) == ["model-000003.safetensors", "strategy-000003.safetensors", "task-000003.safetensors"]
 
 
 def test_checkpoint_contents_and_layout(tmp_path):
@@ -104,8 +104,8 @@ def test_checkpoint_contents_and_layout(tmp_path):
     files = save_checkpoint(tmp_path, es, cfg.to_dict(), task_state={"count": 7})
     meta = json.loads((tmp_path / "checkpoint.json").read_text())
     assert meta["step"] == 2 and meta["config"] == cfg.to_dict()
-    assert meta["files"] == {"model": "model-000002.safetensors", "strategy": "strategy-000002.pt",
-                             "task": "task-000002.pt"}
+    assert meta["files"] == {"model": "model-000002.safetensors", "strategy": "strategy-000002.safetensors",
+                             "task": "task-000002.safetensors"}
     assert files["model"] == tmp_path / "model-000002.safetensors"
     from safetensors.torch import load_file  # the model file is plain safetensors, readable without this library
     weights = load_file(str(files["model"]))
@@ -124,35 +124,74 @@ def test_saving_a_committed_step_again_never_overwrites_its_files(tmp_path):
     cfg, model, es = trained(2)
     save_checkpoint(tmp_path, es, cfg.to_dict())
     save_checkpoint(tmp_path, es, cfg.to_dict(), extra={"metrics": {"mse": 1.0}})
-    assert step_files(tmp_path) == ["model-000002-1.safetensors", "strategy-000002-1.pt", "task-000002-1.pt"]
+    assert step_files(tmp_path) == ["model-000002-1.safetensors", "strategy-000002-1.safetensors", "task-000002-1.safetensors"]
     save_checkpoint(tmp_path, es, cfg.to_dict())
-    assert step_files(tmp_path) == ["model-000002.safetensors", "strategy-000002.pt", "task-000002.pt"]
+    assert step_files(tmp_path) == ["model-000002.safetensors", "strategy-000002.safetensors", "task-000002.safetensors"]
     assert load_checkpoint(tmp_path).step == 2
 
 
-def test_the_older_three_file_layout_still_loads_and_is_replaced(tmp_path):
+def forbid_unpickling(monkeypatch):
+    """Any attempt to unpickle fails the test: old checkpoints must be refused, not read."""
+    import pickle
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a pickle was read from disk")
+
+    for owner, name in ((torch, "load"), (pickle, "load"), (pickle, "loads"), (pickle, "Unpickler")):
+        monkeypatch.setattr(owner, name, refuse)
+
+
+@pytest.mark.parametrize("layout", ["format 1", "format 2"])
+def test_earlier_pickled_checkpoints_are_refused_and_replaced(tmp_path, layout, monkeypatch):
+    """Format 1 (model.safetensors + strategy.pt) and 2 (step-named, strategy and task .pt) are not unpickled."""
     cfg, model, es = trained(2)
     from safetensors.torch import save_file
     sd = es.state_dict()
-    save_file(sd["model"], str(tmp_path / "model.safetensors"), metadata={"step": "2"})
-    torch.save({"step": 2, "strategy": sd["strategy"]}, tmp_path / "strategy.pt")
-    (tmp_path / "checkpoint.json").write_text(json.dumps(
-        {"step": 2, "config": cfg.to_dict(), "files": {"model": "model.safetensors", "strategy": "strategy.pt"}}))
-    ck = load_checkpoint(tmp_path)
-    assert ck.step == 2 and ck.task == {} and all(torch.equal(ck.model[k], v.cpu()) for k, v in sd["model"].items())
+    files = ({"model": "model.safetensors", "strategy": "strategy.pt"} if layout == "format 1" else
+             {"model": "model-000002.safetensors", "strategy": "strategy-000002.pt", "task": "task-000002.pt"})
+    save_file(sd["model"], str(tmp_path / files["model"]), metadata={"step": "2"})
+    torch.save({"step": 2, "strategy": sd["strategy"]}, tmp_path / files["strategy"])
+    if "task" in files:
+        torch.save({"step": 2, "task": {}}, tmp_path / files["task"])
+    pointer = {"step": 2, "config": cfg.to_dict(), "files": files} | ({"format": 2} if "task" in files else {})
+    (tmp_path / "checkpoint.json").write_text(json.dumps(pointer))
+    forbid_unpickling(monkeypatch)
+    with pytest.raises(BadFileError, match=r"earlier hyperscalees in the torch.save format .*strategy(-000002)?\.pt"
+                                           r".*no longer reads \(no pickle is loaded from disk\)") as e:
+        load_checkpoint(tmp_path)
+    assert "\n" not in str(e.value)
+    if layout == "format 1":  # the model alone is safetensors: evaluation still reads it
+        ck = load_checkpoint(tmp_path, strategy=False)
+        assert ck.step == 2 and all(torch.equal(ck.model[k], v.cpu()) for k, v in sd["model"].items())
+    else:                     # evaluation needs the task state, which is a pickle
+        with pytest.raises(BadFileError, match=r"task-000002\.pt"):
+            load_checkpoint(tmp_path, strategy=False)
+    save_checkpoint(tmp_path, es, cfg.to_dict())  # what --overwrite does: the old files go
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.json", "model-000002-1.safetensors" if layout == "format 2" else "model-000002.safetensors",
+        *(["strategy-000002-1.safetensors", "task-000002-1.safetensors"] if layout == "format 2" else
+          ["strategy-000002.safetensors", "task-000002.safetensors"])]
+    assert load_checkpoint(tmp_path).step == 2
+
+
+def test_a_newer_format_is_refused(tmp_path):
+    cfg, model, es = trained(2)
     save_checkpoint(tmp_path, es, cfg.to_dict())
-    assert not (tmp_path / "model.safetensors").exists() and not (tmp_path / "strategy.pt").exists()
+    meta = json.loads((tmp_path / "checkpoint.json").read_text())
+    (tmp_path / "checkpoint.json").write_text(json.dumps(meta | {"format": ckpt_mod.FORMAT + 1}))
+    with pytest.raises(BadFileError, match=f"format {ckpt_mod.FORMAT + 1}, newer than this version reads"):
+        load_checkpoint(tmp_path)
 
 
 def test_orphans_are_removed_but_never_with_an_unreadable_pointer(tmp_path):
     cfg, model, es = trained(2)
     save_checkpoint(tmp_path, es, cfg.to_dict())
-    for name in ("model-000003.safetensors", "strategy-000003.pt", ".model-000003.safetensors.1.ab.tmp",
+    for name in ("model-000003.safetensors", "strategy-000003.safetensors", ".model-000003.safetensors.1.ab.tmp",
                  ".tmpX7aQ2z"):  # the last: safetensors' own temporary name
         (tmp_path / name).write_bytes(b"partial")
     (tmp_path / "notes.txt").write_text("mine")
     assert sorted(remove_orphans(tmp_path)) == [".model-000003.safetensors.1.ab.tmp", ".tmpX7aQ2z",
-                                                "model-000003.safetensors", "strategy-000003.pt"]
+                                                "model-000003.safetensors", "strategy-000003.safetensors"]
     assert (tmp_path / "notes.txt").exists() and load_checkpoint(tmp_path).step == 2
     (tmp_path / "checkpoint.json").write_text("{torn")
     (tmp_path / ".x.tmp").write_bytes(b"")
@@ -188,6 +227,17 @@ def test_a_damaged_file_is_one_clear_error_naming_it(tmp_path, part, how):
     assert files[part].name in message and "\n" not in message
     if part == "strategy":  # evaluation does not read the strategy file
         assert load_checkpoint(tmp_path, strategy=False).step == 2
+
+
+def test_a_state_file_in_the_wrong_place_is_named(tmp_path):
+    cfg, model, es = trained(2)
+    files = save_checkpoint(tmp_path, es, cfg.to_dict())
+    files["strategy"].write_bytes(files["task"].read_bytes())
+    with pytest.raises(BadFileError, match=r"strategy file .*strategy-000002\.safetensors' holds the 'task' state"):
+        load_checkpoint(tmp_path)
+    files["strategy"].write_bytes(files["model"].read_bytes())   # plain safetensors without a tree
+    with pytest.raises(BadFileError, match=r"strategy-000002\.safetensors' is unusable: not a state file"):
+        load_checkpoint(tmp_path)
 
 
 @pytest.mark.parametrize("text,why", [

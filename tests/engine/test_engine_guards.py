@@ -78,14 +78,14 @@ def test_a_torn_last_metrics_line_is_dropped_and_a_bad_middle_line_is_named(tmp_
 
 def test_files_of_interrupted_saves_are_removed_at_the_next_start(tmp_path):
     run(config(out=str(tmp_path), steps=2), LocalBackend())
-    stale = ["model-000007.safetensors", "strategy-000007.pt", ".model-000007.safetensors.99.abcd.tmp",
-             ".checkpoint.json.99.abcd.tmp"]
+    stale = ["model-000007.safetensors", "strategy-000007.safetensors", ".model-000007.safetensors.99.abcd.tmp",
+             ".checkpoint.json.99.abcd.tmp", "task-000005.pt"]  # the last: an earlier version's pickle
     for name in stale:
         (tmp_path / name).write_bytes(b"half")
     run(config(resume=str(tmp_path), steps=3), LocalBackend())
     names = {p.name for p in tmp_path.iterdir()}
     assert not names & set(stale)
-    assert {"model-000003.safetensors", "strategy-000003.pt", "task-000003.pt"} <= names  # the real ones
+    assert {"model-000003.safetensors", "strategy-000003.safetensors", "task-000003.safetensors"} <= names
 
 
 def test_two_processes_never_write_one_run(tmp_path):

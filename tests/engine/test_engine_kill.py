@@ -46,4 +46,4 @@ def test_a_kill_inside_a_save_leaves_the_last_commit_and_resume_is_exact(tmp_pat
     assert_same_run(reference, out)
     assert leftovers(out) == []
     assert sorted(p.name for p in out.iterdir() if STEP_FILE.match(p.name)) == \
-        ["model-000006.safetensors", "strategy-000006.pt", "task-000006.pt"]
+        ["model-000006.safetensors", "strategy-000006.safetensors", "task-000006.safetensors"]

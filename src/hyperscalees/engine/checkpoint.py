@@ -1,11 +1,15 @@
 """Checkpoints a run can resume from bit for bit, committed so that a kill at any instant leaves one.
 
 A checkpoint at step 60 is four files in the run directory:
-  ``model-000060.safetensors``  the model's state (portable, loadable without this library);
-  ``strategy-000060.pt``        the strategy's state dict, kept opaque: step, optimizer moments, masters;
-  ``task-000060.pt``            the task's state dict (observation statistics, data position; often empty);
-  ``checkpoint.json``           the commit pointer: step, the names of the three files above,
-                                ``asdict(config)`` and versions.
+  ``model-000060.safetensors``     the model's state (portable, loadable without this library);
+  ``strategy-000060.safetensors``  the strategy's state dict, kept opaque: step, optimizer moments, masters;
+  ``task-000060.safetensors``      the task's state dict (observation statistics, data position; often empty);
+  ``checkpoint.json``              the commit pointer: step, the names of the three files above,
+                                   ``asdict(config)`` and versions.
+The strategy and task states are nested trees written by :mod:`.tree_io`: their tensors as
+safetensors, the tree around them as JSON in the same file's header. Nothing read from disk
+is a pickle, so opening a checkpoint from elsewhere cannot run code.
+
 Three files written one after the other cannot be replaced atomically as a set, but one
 pointer can. So a save writes the step-named files (each atomically and fsync'd), fsyncs
 the directory, then replaces ``checkpoint.json``: that rename is the commit. Only once the
@@ -16,8 +20,10 @@ files of an interrupted save are orphans that :func:`remove_orphans` deletes on 
 
 Saving the step a pointer already names (a resumed run that had nothing left to do, or a
 new run replacing an old one with ``--overwrite``) uses the name ``model-000060-1...``, so a
-committed file is never overwritten in place. Directories of the older layout (plain
-``model.safetensors`` and ``strategy.pt``, no task file) still load: their pointer names them.
+committed file is never overwritten in place. Checkpoints of earlier versions (format 1 and 2)
+kept the strategy and task states as ``torch.save`` pickles (``strategy-000060.pt``); they are
+refused with a message saying so rather than unpickled. Their files are still recognised, so
+``--overwrite`` replaces them and orphan cleanup removes them.
 """
 from __future__ import annotations
 
@@ -25,9 +31,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import pickle
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,16 +40,16 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .files import BadFileError, atomic_write, check_directory, fsync_dir, json_safe, read_json, remove_temporaries
+from .tree_io import TreeFormatError, flatten, read_tree, write_flat
 
 META_FILE = "checkpoint.json"
-MODEL_FILE = "model.safetensors"    # the older layout's names, still read
+MODEL_FILE = "model.safetensors"    # the first layout's names: recognised so they can be replaced
 STRATEGY_FILE = "strategy.pt"
-FORMAT = 2
-PARTS = {"model": "safetensors", "strategy": "pt", "task": "pt"}
-STEP_FILE = re.compile(r"^(model|strategy|task)-\d+(-\d+)?\.(safetensors|pt)$")
-# what torch.load and safetensors raise on damaged bytes: a bad pickle opcode, a torn zip, a short read
-_LOAD_ERRORS = (SafetensorError, pickle.UnpicklingError, EOFError, IndexError, KeyError, ValueError, RuntimeError,
-                OSError)
+FORMAT = 3                          # 3: strategy and task states as safetensors + JSON (1, 2: pickles)
+PARTS = {"model": "safetensors", "strategy": "safetensors", "task": "safetensors"}
+STEP_FILE = re.compile(r"^(model|strategy|task)-\d+(-\d+)?\.(safetensors|pt)$")  # .pt: earlier versions
+# what safetensors raises on damaged bytes: a header that does not parse, a short read, a bad dtype
+_LOAD_ERRORS = (SafetensorError, EOFError, KeyError, ValueError, RuntimeError, OSError)
 
 
 @dataclass
@@ -81,9 +85,12 @@ def save_checkpoint(directory: str | os.PathLike, es, config: dict, extra: dict 
     tensors = {k: v.detach().contiguous().clone() for k, v in sd["model"].items()}
     previous = committed_files(directory) or set()
     names = step_file_names(step, previous)
+    # flattened first: an unstorable leaf fails here, naming its path, before any file is written
+    states = {"strategy": flatten(sd["strategy"], copy=False), "task": flatten(task_state or {}, copy=False)}
     atomic_write(directory / names["model"], lambda tmp: save_file(tensors, tmp, metadata={"step": str(step)}))
-    atomic_write(directory / names["strategy"], lambda tmp: torch.save({"step": step, "strategy": sd["strategy"]}, tmp))
-    atomic_write(directory / names["task"], lambda tmp: torch.save({"step": step, "task": task_state or {}}, tmp))
+    for part, (flat, spec) in states.items():
+        header = {"step": str(step), "part": part}
+        atomic_write(directory / names[part], lambda tmp, f=flat, s=spec, h=header: write_flat(tmp, f, s, h))
     fsync_dir(directory)  # the three renames are on disk before the pointer can name them
     meta = {"format": FORMAT, "step": step, "files": names, "config": config, "version": package_version(),
             "torch": torch.__version__, **(extra or {})}
@@ -194,21 +201,30 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device | N
     meta = read_pointer(directory)
     dev = str(torch.device(device)) if device is not None else "cpu"
     files, step = meta["files"], meta["step"]
+    needed = ["strategy"] * strategy + ["task"] * ("task" in files)
+    _refuse_other_formats(directory, meta, needed)
     model, model_step = _load_model(directory / files["model"], dev)
     steps = {META_FILE: step, files["model"]: model_step}
-    blob = None
-    if strategy:
-        blob = _load_pickled(directory / files["strategy"], dev, "strategy")
-        steps[files["strategy"]] = blob["step"]
-    task = {}
-    if "task" in files:
-        task_blob = _load_pickled(directory / files["task"], dev, "task")
-        steps[files["task"]] = task_blob["step"]
-        task = task_blob["task"]
+    states = {"strategy": None, "task": {}}
+    for part in needed:
+        states[part], steps[files[part]] = _load_state(directory / files[part], dev, part)
     if len(set(steps.values())) != 1:
         raise BadFileError(f"inconsistent checkpoint in {str(directory)!r}: files are at different steps {steps}")
-    return Checkpoint(step=step, config=meta["config"], model=model, strategy=blob["strategy"] if blob else None,
-                      meta=meta, task=task)
+    return Checkpoint(step=step, config=meta["config"], model=model, strategy=states["strategy"], meta=meta,
+                      task=states["task"])
+
+
+def _refuse_other_formats(directory: Path, meta: dict, needed: list[str]) -> None:
+    """Earlier versions pickled the strategy and task states; a later one may write what this cannot read."""
+    fmt = meta.get("format", 1)
+    if isinstance(fmt, int) and fmt > FORMAT:
+        raise BadFileError(f"the checkpoint in {str(directory)!r} has format {fmt}, newer than this version reads "
+                           f"({FORMAT}): upgrade hyperscalees")
+    old = [meta["files"][part] for part in needed if not meta["files"][part].endswith(".safetensors")]
+    if old:
+        raise BadFileError(f"the checkpoint in {str(directory)!r} was written by an earlier hyperscalees in the "
+                           f"torch.save format ({', '.join(old)}), which this version no longer reads (no pickle is "
+                           "loaded from disk); continue it with the version that wrote it, or start a new run")
 
 
 def _load_model(path: Path, device: str) -> tuple[dict[str, torch.Tensor], int]:
@@ -229,34 +245,35 @@ def _load_model(path: Path, device: str) -> tuple[dict[str, torch.Tensor], int]:
                            "it was not written by this library") from None
 
 
-def _load_pickled(path: Path, device: str, key: str) -> dict:
-    """``{"step": int, key: dict}`` saved with ``torch.save``, read without running arbitrary code."""
+def _load_state(path: Path, device: str, part: str) -> tuple[dict, int]:
+    """(state dict, step recorded in the metadata) of a strategy or task file written by :func:`write_tree`."""
     if not path.is_file():
         raise BadFileError(f"checkpoint file {str(path)!r} is missing" if not path.exists()
                            else f"checkpoint file {str(path)!r} is not a file")
     try:
-        with warnings.catch_warnings():  # garbage bytes can also trigger a pickle-protocol UserWarning
-            warnings.simplefilter("ignore")
-            blob = torch.load(path, map_location=device, weights_only=True)
+        state, recorded = read_tree(path, device)
+    except TreeFormatError as e:
+        raise BadFileError(f"{part} file {str(path)!r} is unusable: {e}") from None
     except _LOAD_ERRORS as e:
-        raise BadFileError(f"damaged {key} file {str(path)!r}: {_one_line(e)}") from None
-    if not (isinstance(blob, dict) and isinstance(blob.get("step"), int) and isinstance(blob.get(key), dict)):
-        raise BadFileError(f"{key} file {str(path)!r} does not hold a {key} state "
-                           f"(expected {{'step': int, {key!r}: dict}})")
-    return blob
+        raise BadFileError(f"damaged {part} file {str(path)!r}: {_one_line(e)}") from None
+    if recorded.get("part") != part:
+        raise BadFileError(f"{part} file {str(path)!r} holds the {recorded.get('part')!r} state, not the {part}'s")
+    if not isinstance(state, dict):
+        raise BadFileError(f"{part} file {str(path)!r} does not hold a {part} state (a dict), but a "
+                           f"{type(state).__name__}")
+    try:
+        return state, int(recorded.get("step"))
+    except (TypeError, ValueError):
+        raise BadFileError(f"{part} file {str(path)!r} records no step (got {recorded.get('step')!r})") from None
 
 
 def _one_line(e: BaseException) -> str:
     """What is wrong, in a few words rather than the loader's paragraphs of advice."""
     if isinstance(e, EOFError):
         return "the file ends early (truncated)"
-    if isinstance(e, pickle.UnpicklingError):
-        return "not a weights-only torch.save file (garbage bytes, or objects other than tensors and plain data)"
-    if isinstance(e, (IndexError, KeyError, UnicodeDecodeError)):
-        return f"malformed pickle data ({type(e).__name__})"
+    if isinstance(e, (KeyError, UnicodeDecodeError)):
+        return f"malformed safetensors data ({type(e).__name__})"
     if isinstance(e, OSError) and e.strerror:
         return e.strerror
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if "zip archive" in text:
-        return "truncated, or not a torch.save archive"
     return text[:200]

@@ -94,7 +94,8 @@ class AbstractTask:
         """What the task has accumulated while training (e.g. observation statistics, a data
         cursor); saved in every checkpoint so a resumed run continues bit for bit.
 
-        Tensors and plain Python data only (it is read back with ``weights_only=True``).
+        Tensors, dicts (str or int keys), lists, tuples and None/bool/int/float/str only: the
+        checkpoint stores it as safetensors + JSON (``engine/tree_io.py``), never as a pickle.
         Tasks whose fitness depends only on (seed, step), like the built-in ones, keep none.
         """
         return {}
