@@ -8,20 +8,25 @@ step with a checkpoint and exits 130 or 143.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 
 from ..distributed import LocalBackend
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..models import ACTIVATIONS
+from ..models.lm import LM_MODELS
 from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
 from ..ops.precision import PRECISIONS
 from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
-from ..tasks import TASKS
+from ..engine.backprop import run_backprop
+from ..tasks import TASKS, get_task
 from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, json_line, os_error
 
+TRAINERS = ("es", "backprop")
+BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
 ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
               "update": UPDATES, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES),
@@ -71,8 +76,26 @@ HELP = {
     "eval_episodes": "episodes of the unperturbed policy per evaluation (fixed starts)",
     "normalize": "leave observations unnormalised (by default: running mean/std shared by the population)",
     "threads": "torch threads for rollouts and evaluations (1: small policies run fastest on one)",
+    # lm options
+    "model": "language model (egg, int8-transformer: integer weights; float-gru: the float reference)",
+    "heads": "attention heads of a transformer (0: the model's default)",
+    "window": "tokens per stream per update (T); recurrent state carries across windows",
+    "streams": "data streams every member reads per step (all members read the same ones)",
+    "data": "a file (read as bytes), a directory with d-eggs input.bin + decoding.bin, or '' for the "
+            "Python standard library's source (split by file)",
+    "val_fraction": "fraction held out for validation, in (0, 1)",
+    "max_bytes": "read at most this many bytes of data (0: all)",
+    "eval_tokens": "validation tokens scored per evaluation",
+    "eval_streams": "parallel validation streams",
+    "sample_every": "print a generated sample every K evaluations (0: never)",
+    "sample_tokens": "tokens per printed sample",
+    "temperature": "sampling temperature (> 0)", "min_p": "drop tokens below min_p x the top probability",
+    "presence_penalty": "nats subtracted from tokens already present",
+    "ntt": "extra causal transform features of the token window: none, wht (Walsh-Hadamard) or fermat "
+           "(number-theoretic transform mod 65537)",
 }
-OPTION_CHOICES = {"activation": tuple(ACTIVATIONS)}
+OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "model": tuple(sorted(LM_MODELS)),
+                  "ntt": ("none", "wht", "fermat")}
 METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
             "steps": "N", "chunk": "N", "device": "DEVICE"}
 
@@ -94,6 +117,11 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     """All flags of ``train TASK``: strategy, ES, engine and task options (names never collide)."""
     parser.add_argument("--strategy", dest="run.strategy", action=StoreExplicit, choices=STRATEGIES,
                         default="eggroll", help="eggroll (low-rank) or open_es (full-rank) (default: eggroll)")
+    parser.add_argument("--trainer", dest="run.trainer", action=StoreExplicit, choices=TRAINERS, default="es",
+                        help="es: evolution strategies; backprop: Adam on the task's differentiable loss, the float "
+                             "reference (tasks with a loss only; lr defaults to 3e-3 then) (default: es)")
+    parser.add_argument("--budget-minutes", dest="run.budget_minutes", action=StoreExplicit, type=float,
+                        default=None, metavar="MINUTES", help="wall-clock budget in minutes (--time-budget MINUTES·60)")
     es = parser.add_argument_group("evolution strategy")
     flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
     eng = parser.add_argument_group("engine")
@@ -112,6 +140,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """
     strategy, es, engine, options = (getattr(args, "run.strategy"), collect(args, "es"), collect(args, "engine"),
                                      collect(args, "options"))
+    typed = explicit(args)
+    es.update({k: v for k, v in get_task(args.task).model_es_defaults(options).items() if f"es.{k}" not in typed})
+    minutes = getattr(args, "run.budget_minutes", None)
+    if minutes is not None:
+        if "engine.time_budget" in typed:
+            raise ValueError("give --budget-minutes or --time-budget, not both")
+        if not (math.isfinite(minutes) and minutes > 0):
+            raise ValueError(f"budget_minutes must be a finite number > 0, got {minutes!r}")
+        engine["time_budget"] = 60.0 * minutes
     resume = engine.get("resume")
     if resume and has_checkpoint(resume):
         saved, typed = saved_config(resume).to_dict(), explicit(args)
@@ -135,7 +172,11 @@ def run(args: argparse.Namespace) -> int:
     for note in start_notes(cfg, explicit(args)):
         print(f"note: {note}", file=sys.stderr)
     try:
-        summary = run_engine(cfg, LocalBackend())
+        if getattr(args, "run.trainer", "es") == "backprop":
+            lr = cfg.es.lr if "es.lr" in explicit(args) else BACKPROP_LR
+            summary = run_backprop(cfg, lr)
+        else:
+            summary = run_engine(cfg, LocalBackend())
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         return fail(prog, str(e))
     except OSError as e:

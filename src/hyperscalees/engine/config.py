@@ -119,6 +119,8 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
     engine = {k: v for k, v in (engine or {}).items() if v is not None or k in _NULLABLE_ENGINE}
     options = {k: v for k, v in (options or {}).items() if v is not None}
     es_fields = {f.name for f in fields(ESConfig)}
+    for k, v in task_cls.model_es_defaults(options).items():
+        es.setdefault(k, v)
     for k in ES_TASK_DEFAULTS:
         if k in task_cls.defaults:
             es.setdefault(k, task_cls.defaults[k])
