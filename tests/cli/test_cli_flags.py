@@ -25,7 +25,11 @@ ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": (
 OPTION_VALUES = {"hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
                  "holdout": ("0.3", 0.3), "env": ("Pendulum-v1", "Pendulum-v1"), "episodes": ("3", 3),
                  "layers": ("1", 1), "max_steps": ("50", 50), "eval_episodes": ("7", 7), "normalize": (None, False),
-                 "threads": ("2", 2)}
+                 "threads": ("2", 2), "model": ("float-gru", "float-gru"), "heads": ("2", 2), "window": ("33", 33),
+                 "streams": ("3", 3), "data": ("corpus.txt", "corpus.txt"), "val_fraction": ("0.25", 0.25),
+                 "max_bytes": ("1000", 1000), "eval_tokens": ("999", 999), "eval_streams": ("5", 5),
+                 "sample_every": ("0", 0), "sample_tokens": ("12", 12), "temperature": ("0.9", 0.9),
+                 "min_p": ("0.5", 0.5), "presence_penalty": ("1.5", 1.5), "ntt": ("wht", "wht")}
 
 
 def parse(*argv):

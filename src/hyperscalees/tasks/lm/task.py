@@ -35,6 +35,9 @@ from .metrics import baselines, token_bits
 from .sampling import check_sampling, generate
 
 
+NTT_CHOICES = ("none", "wht", "fermat")
+
+
 @dataclass(frozen=True)
 class LMOptions:
     model: str = "float-gru"
@@ -69,6 +72,8 @@ class LMOptions:
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}")
         check_sampling(self.temperature, self.min_p, self.presence_penalty)
+        if self.ntt not in NTT_CHOICES:
+            raise ValueError(f"unknown ntt {self.ntt!r}; choose one of {NTT_CHOICES}")
 
 
 def model_sizes(o: LMOptions) -> dict:
