@@ -185,3 +185,14 @@ def test_generation_is_seeded_and_respects_min_p():
     assert set(generate(fixed, [1], 50, seed=1, min_p=0.08, presence_penalty=0.0)) <= {10, 20}
     with pytest.raises(ValueError, match="temperature"):
         generate(model, [1], 3, temperature=0.0)
+
+
+def test_ntt_option_adds_trained_feature_tables():
+    task = get_task("lm")(seed=0, options={**SMALL, "ntt": "fermat"})
+    model = task.build_model()
+    assert any(n.startswith("ntt.tables.3") for n, _ in model.named_parameters())
+    es = hs.EGGROLL(model, population=4, sigma=0.05, rank=1, lr=0.01, seed=0)
+    before = model.ntt.tables[0].weight.clone()
+    with torch.no_grad():
+        es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=0)))
+    assert not torch.equal(before, model.ntt.tables[0].weight)      # ES moves the feature tables too

@@ -10,6 +10,9 @@ and embedding + head 514·D + 256 against 513·D: the two counts agree within ~1
 float model: trained by backprop (Adam) as the reference point, and by ES through the
 population layers of ``nn.Embedding``/``nn.GRU``/``nn.Linear``/``nn.LayerNorm``.
 
+``ntt="wht"|"fermat"``: adds causal transform features of the token window to the embedding
+(``ntt_embedding.py``; the opt-in d-eggs NTT mode).
+
 State: (B, L, D) float32, the last hidden state of every layer, carried to the next window.
 """
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .lm import AbstractLM, register_lm
+from .ntt_embedding import NTTEmbedding
 
 
 class GRUBlock(nn.Module):
@@ -40,12 +44,14 @@ class GRUBlock(nn.Module):
 class FloatGRU(AbstractLM):
     """Float32 GRU byte/token LM of EGG's shape (see module docstring)."""
 
-    def __init__(self, vocab_size: int = 256, hidden: int = 64, layers: int = 2, mlp_ratio: int = 3, **_ignored):
+    def __init__(self, vocab_size: int = 256, hidden: int = 64, layers: int = 2, mlp_ratio: int = 3,
+                 ntt: str = "none", **_ignored):
         super().__init__(vocab_size)
         if hidden < 1 or layers < 1 or mlp_ratio < 1:
             raise ValueError(f"hidden, layers and mlp_ratio must be >= 1, got {hidden}, {layers}, {mlp_ratio}")
         self.hidden, self.layers = hidden, layers
         self.embed = nn.Embedding(vocab_size, hidden)
+        self.ntt = NTTEmbedding(ntt, hidden) if ntt != "none" else None
         self.blocks = nn.ModuleList(GRUBlock(hidden, mlp_ratio) for _ in range(layers))
         self.ln_out = nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, vocab_size)
@@ -55,6 +61,8 @@ class FloatGRU(AbstractLM):
         if state is None:
             state = torch.zeros(b, self.layers, self.hidden, device=tokens.device)
         x = self.embed(tokens)                           # (B, T, D)
+        if self.ntt is not None:
+            x = x + self.ntt(tokens)
         out = []
         for i, block in enumerate(self.blocks):
             x, h = block(x, state[:, i].unsqueeze(0).contiguous())
