@@ -4,3 +4,4 @@ from .mlp import ACTIVATIONS, mlp
 from .transformer import Block, TinyLM
 
 __all__ = ["ACTIVATIONS", "Block", "TinyLM", "mlp"]
+from .egg import Egg  # noqa: E402  (registers "egg" in LM_MODELS)

@@ -16,7 +16,8 @@ state return ``None``. The task never looks inside a state: it only keeps it per
 hands it back, so it must be a tensor or a tuple of tensors whose first dimension is B.
 
 Integer models keep their weights in integer dtypes and say how ES should move them through
-``es_defaults`` (an update rule that knows integers, a noise distribution, σ ...).
+``es_defaults`` (an update rule that knows integers, a noise distribution, σ ...) and
+``es_groups()`` (per-parameter σ multipliers).
 """
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ class AbstractLM(nn.Module):
     def forward(self, tokens: Tensor, state=None) -> tuple[Tensor, object]:
         """(B, T) int64 token ids -> ((B, T, V) float32 natural-log-scale logits, next state)."""
         raise NotImplementedError
+
+    def es_groups(self) -> list[dict]:
+        """Parameter groups (``hs.EGGROLL(groups=...)``) the ``lm`` task should pass; none by default.
+
+        Integer models raise σ for their vectors here (full-rank noise needs a larger scale than
+        the rank-1 products of the matrices to move an int8 value by about one step).
+        """
+        return []
 
     def describe(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(parameter name, shape, dtype) rows for ``hyperscalees arch``; all parameters by default."""

@@ -1,7 +1,9 @@
 """Turn random 32-bit words into noise values of a chosen distribution.
 
-Every distribution has zero mean and unit variance (except ``int``, whose scale is
-its point), so ``sigma`` means the same thing whichever is chosen.
+Every distribution has zero mean and unit variance, except the integer-valued ones, whose
+scale is their point: ``int`` is trunc(16·N(0,1)) (nano-egg's table, std ≈ 15.5) and
+``int_uniform`` is d-eggs' small uniform integers in [-15, 15] (sign from bit 0, magnitude
+from bits 1-4: P(0) = 1/16, each other value 1/32, E[v²] = 77.5).
 """
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import math
 import torch
 from torch import Tensor
 
-DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "int")
+DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "int", "int_uniform")
 INT_SCALE = 16  # nano-egg's table: trunc(16 * N(0,1)) stored as int8
+INT_UNIFORM_MAX = 15  # d-eggs' noise_from_hash: sign from bit 0, magnitude from bits 1-4
+INTEGER_DISTRIBUTIONS = ("int", "int_uniform")  # integer-valued: what the int8 layers accept
 
 
 def check_distribution(name: str) -> str:
@@ -36,7 +40,7 @@ def bits_to_noise(bits: Tensor, distribution: str, dtype: torch.dtype = torch.fl
     check_distribution(distribution)
     out = torch.empty(bits.shape, dtype=torch.float32, device=bits.device)
     out = bits_into_noise_(bits.clone(), out, distribution)
-    if distribution == "int" and dtype == torch.int8:
+    if distribution in INTEGER_DISTRIBUTIONS and dtype == torch.int8:
         return out.to(torch.int8)
     return out.to(dtype)
 
@@ -54,6 +58,11 @@ def bits_into_noise_(bits: Tensor, out: Tensor, distribution: str) -> Tensor:
         # √3·(2u − 1): 2u − 1 is exact, so this is one IEEE rounding -- the same value on every
         # device and in the fused GPU kernel (a two-step 2√3·u − √3 could meet a fused multiply-add)
         return centred_uniform_from_bits_(bits, out).mul_(math.sqrt(3.0))
+    if distribution == "int_uniform":
+        sign = (bits & 1) * 2 - 1
+        bits >>= 1
+        bits &= INT_UNIFORM_MAX
+        return out.copy_(bits * sign)
     if distribution == "rademacher":
         bits >>= 31
         bits &= 1

@@ -28,7 +28,7 @@ from torch import Tensor
 from .distributions import DISTRIBUTIONS
 
 SOURCE = Path(__file__).with_name("triton_kernel.py")
-DIST_CODES = {"gaussian": 0, "uniform": 1, "rademacher": 2, "int": 3}
+DIST_CODES = {"gaussian": 0, "uniform": 1, "rademacher": 2, "int": 3, "int_uniform": 4}
 BLOCK = 1024
 GAUSSIAN_ULP_BOUND = 5  # measured max 4.3 over all 2²³ inputs (Triton interpreter): tests/noise/test_fused.py
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from . import fused, native
-from .distributions import GAUSSIAN_LIKE, bits_into_noise_, finish_gaussian_
+from .distributions import GAUSSIAN_LIKE, INTEGER_DISTRIBUTIONS, bits_into_noise_, finish_gaussian_
 from .keys import element_bits, epoch_key, mix_int, name_key, pair_keys
 from .population import Population
 
@@ -136,15 +136,15 @@ def _draw_fused(pop: Population, words: Tensor, pairs: Tensor, index: Tensor | i
     k = pairs.shape[0]
     device = pairs.device
     shape, idx = _flat_index(k, index, per_pair)
-    out_dtype = dtype if dtype.is_floating_point or (pop.distribution == "int" and dtype == torch.int8) \
-        else torch.float32
+    int8_ok = pop.distribution in INTEGER_DISTRIBUTIONS and dtype == torch.int8
+    out_dtype = dtype if dtype.is_floating_point or int8_ok else torch.float32
     out = torch.empty(shape, dtype=out_dtype, device=device)
     fused.draw_(words, pairs, idx, out.view(k, -1), pop.distribution, interpret=interpret)
     return out if out_dtype == dtype else out.to(dtype)
 
 
 def _cast(out: Tensor, distribution: str, dtype: torch.dtype) -> Tensor:
-    if distribution == "int" and dtype == torch.int8:
+    if distribution in INTEGER_DISTRIBUTIONS and dtype == torch.int8:
         return out.to(torch.int8)
     return out if dtype == torch.float32 else out.to(dtype)
 

@@ -68,6 +68,9 @@ def _noise_value(bits, DIST: tl.constexpr):
     """uint32 words -> float32 noise values of distribution ``DIST`` (distributions.py)."""
     if DIST == 2:
         value = 1.0 - 2.0 * (bits >> 31).to(tl.float32)
+    elif DIST == 4:  # int_uniform: sign from bit 0, magnitude from bits 1-4
+        magnitude = ((bits >> 1) & 15).to(tl.float32)
+        value = tl.where((bits & 1) == 1, magnitude, -magnitude)
     else:
         top = ((bits >> 9) & 0x7FFFFF).to(tl.float32)
         centred = top * 2.384185791015625e-07 + (1.1920928955078125e-07 - 1.0)  # 2u − 1, exact

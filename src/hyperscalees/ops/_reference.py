@@ -4,6 +4,8 @@ Used only by tests, as the ground truth the batched paths must match.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -49,3 +51,78 @@ def gradient_reference(eps_list: list[Tensor], fitness: Tensor, sigma: float) ->
     """(1/(Nσ)) Σ_i f_i ε_i with every ε_i materialized."""
     total = sum(float(f) * e for f, e in zip(fitness, eps_list))
     return total / (len(eps_list) * sigma)
+
+
+# -- integer models: materialized member weights, int64 throughout, one token at a time ----------
+def int_round_half_up(num: Tensor, k: int) -> Tensor:
+    """floor(num / 2^k + 1/2), written as a float64 floor (exact for |num| < 2^52)."""
+    return torch.floor(num.to(torch.float64) / 2.0**k + 0.5).to(torch.int64)
+
+
+def int_member_matrix(weight: Tensor, a: Tensor, b: Tensor, sign: int, k: int) -> Tensor:
+    """W·2^k + s·A Bᵀ: member i's matrix in 2^-k fixed point (int64); k < 0: W + s·2^-k·A Bᵀ (k = 0)."""
+    ab = a.to(torch.int64) @ b.to(torch.int64).T
+    if k < 0:
+        return weight.to(torch.int64) + sign * ab * 2**-k
+    return weight.to(torch.int64) * 2**k + sign * ab
+
+
+def int_member_table(weight: Tensor, a: Tensor, b: Tensor, sign: int, k: int) -> Tensor:
+    """Member i's perturbed int8 table: clip(E + round_half_up(s·A Bᵀ / 2^k)), every row."""
+    return (weight.to(torch.int64) + int_round_half_up(sign * (a.to(torch.int64) @ b.to(torch.int64).T), k)).clamp(-127, 127)
+
+
+def int_member_vector(v: Tensor, eps: Tensor, sign: int, k: int) -> Tensor:
+    return (v.to(torch.int64) + int_round_half_up(sign * eps.to(torch.int64), k)).clamp(-127, 127)
+
+
+def int_linear_reference(x: Tensor, w_fixed: Tensor, k: int, divisor: int, saturate: bool = True) -> Tensor:
+    """clip(floor((x·W2ᵀ + 2^(k-1)) / (2^k·divisor))) for the fixed-point member matrix W2 (one division)."""
+    z = x.to(torch.int64) @ w_fixed.T + (2 ** (k - 1) if k else 0)
+    y = torch.div(z, 2**k * divisor, rounding_mode="floor")
+    return y.clamp(-127, 127) if saturate else y
+
+
+def egg_norm_reference(x: Tensor, w: Tensor) -> Tensor:
+    d = x.shape[-1]
+    m = max(int(x.abs().sum()) // d, 1)
+    return torch.div(x * w, m, rounding_mode="floor").clamp(-127, 127)
+
+
+def egg_reference(member: dict[str, Tensor], shifts: dict[str, int], tokens: Tensor, state: Tensor,
+                  layers: int, dim: int) -> tuple[Tensor, Tensor]:
+    """One member of EGG, stream by stream and token by token, from its materialized weights.
+
+    ``member`` maps parameter names to: the perturbed table (``embed.weight``), W·2^k + s·A Bᵀ
+    for matrices (with ``shifts[name] = k``), perturbed vectors for the rest. Returns int
+    logits (R, T, V) and the last state (R, L, D).
+    """
+    isq = lambda n: 16 * math.isqrt(n)
+
+    def lin(name, x):
+        w = member[name + ".weight"]
+        return int_linear_reference(x, w, shifts[name + ".weight"], isq(w.shape[1]))
+
+    logits, states = [], []
+    for r in range(tokens.shape[0]):
+        s = [state[r, l].to(torch.int64) for l in range(layers)]
+        row = []
+        for t in range(tokens.shape[1]):
+            tok = int(tokens[r, t])
+            if tok == 0:
+                s = [torch.zeros(dim, dtype=torch.int64) for _ in range(layers)]
+            x = member["embed.weight"][tok].to(torch.int64)
+            for l in range(layers):
+                p = f"blocks.{l}."
+                xn = egg_norm_reference(x, member[p + "norm1.weight"])
+                f = (lin(p + "wf", xn) + lin(p + "uf", s[l]) + member[p + "bias_f.weight"]).clamp(-127, 127)
+                g = torch.div((f + 127) * s[l], 256, rounding_mode="floor")
+                h = (lin(p + "wh", xn) + lin(p + "uh", g) + member[p + "bias_h.weight"]).clamp(-127, 127)
+                s[l] = s[l] + torch.div((f + 127) * (h - s[l]), 256, rounding_mode="floor")
+                assert int(s[l].abs().max()) <= 127
+                x = (x + s[l]).clamp(-127, 127)
+                x = (x + lin(p + "down", lin(p + "up", egg_norm_reference(x, member[p + "norm2.weight"])))).clamp(-127, 127)
+            row.append(lin("head", egg_norm_reference(x, member["norm_out.weight"])))
+        logits.append(torch.stack(row))
+        states.append(torch.stack(s))
+    return torch.stack(logits), torch.stack(states)

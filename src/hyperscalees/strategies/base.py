@@ -25,7 +25,7 @@ from ..noise.population import Population
 from ..noise.spec import ESMode, ParamSpec
 from ..noise.store import NoiseStore
 from .config import ESConfig
-from .estimate import estimate
+from .estimate import coefficient, estimate
 from .groups import resolve_groups
 from .rules import RULES, OptimizerRule
 from ..ops.precision import resolve_precision
@@ -143,6 +143,8 @@ class AbstractStrategy:
     def update(self, pop: Population, shaped: Tensor) -> StepMetrics:
         """Apply the update of ``pop`` from shaped fitness (what every replica runs)."""
         self._check_pop(pop)
+        store = self.store(pop)
+        self.rule.prepare(pop, {n: coefficient(store, n) for n in self.trainable})
         grads = self.estimate(pop, shaped, consume=True)
         self._store = None
         grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads.values()]))

@@ -11,7 +11,8 @@ from .shaping import check_group_fitness
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")  # "custom": a torch.optim class/factory was passed
 UPDATES = ("mean", "sign")
-UPDATE_RULES = ("optimizer", "custom")  # "custom": an update rule class/factory was passed
+UPDATE_RULES = ("optimizer", "custom",  # "custom": an update rule class/factory was passed
+                "int_ztest", "int_sgd", "int_adamw", "int_muon")  # integer weights (rules/integer.py)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,11 @@ from ..ops.fixed_order import all_threads, fixed_threads
 from ..ops.update import REDUCTION_PAIRS, full_sum_, lowrank_sum_, pair_weights
 
 
+def coefficient(store: NoiseStore, name: str) -> float:
+    """c in ĝ = c · Σ_k w_k t_k (t_k: A Bᵀ or ε in unit draws): the store's scale over N σ²."""
+    return store.scale(name) / (store.pop.size * store.sigma(name) ** 2)
+
+
 def chunk_pairs(update_chunk: int) -> int:
     """Pairs regenerated at once: ``update_chunk`` rounded up to whole reduction blocks."""
     return -(-max(1, update_chunk) // REDUCTION_PAIRS) * REDUCTION_PAIRS
@@ -47,7 +52,7 @@ def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int
                  consume: bool = False, fixed: bool = True, precision: str = "fp32") -> Tensor:
     pop, dev, lowrank = store.pop, store.devices[name], store.is_lowrank(name)
     # ĝ = Σ f_i ε_i / (Nσ) with ε_i = s·(scale/σ)·(A Bᵀ or ε): the store's scales, no √r here
-    coef = store.scale(name) / (pop.size * store.sigma(name) ** 2)
+    coef = coefficient(store, name)
     whole = store.take(name) if consume else store.peek(name)
     f = shaped.to(device=dev, dtype=torch.float32)
     total = torch.zeros(store.specs[name].shape, dtype=torch.float32, device=dev)

@@ -13,6 +13,7 @@ from .attention import MultiheadAttentionLayer
 from .conv1d import is_hf_conv1d
 from .embedding import EmbeddingLayer
 from .fallback import FallbackLayer, population_call
+from .int8 import INT8_LAYERS, tagged
 from .linear import LinearLayer
 from .matmul import population_linear
 from .norm import NormLayer
@@ -27,6 +28,8 @@ register_layer(lambda m: isinstance(m, (nn.LayerNorm, nn.RMSNorm)), NormLayer)
 register_layer(nn.MultiheadAttention, MultiheadAttentionLayer)
 register_layer(lambda m: isinstance(m, (nn.RNN, nn.GRU, nn.LSTM)), RecurrentLayer)
 register_layer(lambda m: isinstance(m, (nn.RNNCell, nn.GRUCell, nn.LSTMCell)), CellLayer)
+for _tag, _layer in INT8_LAYERS.items():  # the int8 blocks of models/int8_modules.py, by their hs_layer tag
+    register_layer(tagged(_tag), _layer)
 
 
 def layer_for(module: nn.Module, attrs) -> AbstractLayer:

@@ -24,6 +24,12 @@ class AbstractUpdateRule:
         self.groups = groups
         self.config = config
 
+    def prepare(self, pop, coefficients: dict[str, float]) -> None:
+        """Called by the strategy before :meth:`apply` with the step's ``Population`` and, per
+        parameter, the coefficient c of ĝ = c · Σ_k w_k t_k (t_k the pair's unit noise term, w_k
+        its fitness contrast). Rules that need the raw vote (integer rules) divide c out; the
+        default ignores it."""
+
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
         """Move every parameter named in ``estimates``; group lrs are scaled by ``lr_factor`` (schedules)."""
         raise NotImplementedError

@@ -1,0 +1,144 @@
+"""Population layers of the integer blocks (``models/int8_modules.py``), matched by ``hs_layer``.
+
+``nn`` sits below ``models`` and may not import it, so each layer is registered for a
+predicate on the module's ``hs_layer`` tag rather than for a class. Every layer keeps the
+block's integer semantics and adds each member's perturbation as integers:
+
+- matrices (``int8_linear``, the tied head of ``int8_embedding``): the shared int8 GEMM plus
+  the member's low-rank term round_shift(s (x B) Aᵀ, k) in the accumulator, *before* the
+  block's scaled division (``ops.int8.lowrank_term``); never a loop over members;
+- table lookups: row t of member i is clip(E[t] + round_shift(s A[t] Bᵀ, k)), drawing only the
+  looked-up rows of A;
+- vectors (biases, norm gains): clip(v + round_shift(s ε, k)) per member.
+
+The noise must take integer values (``distribution="int"`` or ``"int_uniform"``) and its scale
+(σ · sigma_scale / √rank) must be 2^-k: both are checked, with the fix named.
+
+Dimensions: K pairs, R rows per member, inputs member-major along dim 0.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ...noise.distributions import INTEGER_DISTRIBUTIONS
+from ...noise.draw import Noise
+from ...ops.int8 import clip8, int_matmul, lowrank_term, member_vector, round_shift, shift_of
+from .base import AbstractLayer, PopulationContext
+
+
+def tagged(tag: str):
+    return lambda m: getattr(m, "hs_layer", None) == tag
+
+
+def int_noise(ctx: PopulationContext, name: str, rows: Tensor | None = None) -> tuple[Noise, int]:
+    """The noise of ``name`` for this slice (or only ``rows`` of it) and its shift k."""
+    if ctx.pop.distribution not in INTEGER_DISTRIBUTIONS:
+        raise ValueError(f"{name}: integer layers need integer-valued noise, got distribution "
+                         f"{ctx.pop.distribution!r}; use one of {INTEGER_DISTRIBUTIONS}")
+    n = ctx.noise(name) if rows is None else ctx.rows(name, rows)
+    return n, shift_of(ctx.store.scale(name), name)
+
+
+def dense_term(x: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:
+    """round_shift(s x εᵀ, k) for full-rank noise ε (K, out, in) (OpenES): float64, exact."""
+    kp, fan_in = eps.shape[0], x.shape[-1]
+    xk = x.reshape(kp, 2, -1, fan_in).to(torch.float64) * signs.to(torch.float64).view(kp, 2, 1, 1)
+    z = xk @ eps.to(torch.float64).transpose(1, 2).unsqueeze(1)               # (K, 2, R, out)
+    return round_shift(z.to(torch.int64), k).view(*x.shape[:-1], eps.shape[1])
+
+
+def matrix_term(ctx: PopulationContext, x: Tensor, name: str) -> Tensor:
+    n, k = int_noise(ctx, name)
+    return lowrank_term(x, n.a, n.b, n.signs, k) if n.lowrank else dense_term(x, n.eps, n.signs, k)
+
+
+def per_member(ctx: PopulationContext, v: Tensor | None, name: str | None) -> Tensor | None:
+    """(K, 2, 1, n) member values of a vector, or the vector itself when it is not perturbed."""
+    if v is None or name is None:
+        return v
+    n, k = int_noise(ctx, name)
+    return member_vector(v, n.eps, n.signs, k)
+
+
+def by_member(ctx: PopulationContext, y: Tensor) -> Tensor:
+    """(P·R.., n) -> (K, 2, R.., n) view for per-member vectors to broadcast against."""
+    return y.reshape(ctx.k, 2, -1, y.shape[-1])
+
+
+class Int8LinearLayer(AbstractLayer):
+    def params(self, module):
+        return ("weight", "bias")
+
+    def lowrank(self, module):
+        return {"weight": "out_in"}
+
+    def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
+        wname, bname = active.get("weight"), active.get("bias")
+
+        def forward(x):
+            ctx.check_rows(x, "Int8Linear")
+            acc = int_matmul(x, module.weight)
+            if wname is not None:
+                acc = acc + matrix_term(ctx, x, wname)
+            bias = per_member(ctx, module.bias, bname)
+            return module.finish(by_member(ctx, acc), bias).view(acc.shape)
+        return forward
+
+
+class Int8EmbeddingLayer(AbstractLayer):
+    def params(self, module):
+        return ("weight",)
+
+    def lowrank(self, module):
+        return {"weight": "rows"}
+
+    def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
+        name = active["weight"]
+        base = type(module).forward
+
+        def forward(x, head=False):
+            ctx.check_rows(x, "Int8Embedding")
+            if head:
+                acc = int_matmul(x, module.weight) + matrix_term(ctx, x, name)
+                return torch.div(acc, module.head_divisor, rounding_mode="floor")
+            y = base(module, x).to(torch.int64)                                   # (P·R, T.., D)
+            n, k = int_noise(ctx, name, x.reshape(ctx.k, -1))
+            if n.lowrank:
+                z = (n.a.to(torch.float64) @ n.b.to(torch.float64).transpose(1, 2))  # (K, 2·R·T, D)
+            else:
+                z = n.eps.to(torch.float64)
+            z = z.view(ctx.k, 2, -1, y.shape[-1]) * n.signs.to(torch.float64).view(ctx.k, 2, 1, 1)
+            return clip8(y + round_shift(z.to(torch.int64), k).view_as(y))
+        return forward
+
+
+class Int8BiasLayer(AbstractLayer):
+    def params(self, module):
+        return ("weight",)
+
+    def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
+        def forward(acc):
+            ctx.check_rows(acc, "Int8Bias")
+            b = per_member(ctx, module.weight, active.get("weight"))
+            return (by_member(ctx, acc.to(torch.int64)) + b).view(acc.shape)
+        return forward
+
+
+class Int8NormLayer(AbstractLayer):
+    def params(self, module):
+        return ("weight", "bias")
+
+    def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
+        def forward(x):
+            ctx.check_rows(x, "Int8Norm")
+            w = per_member(ctx, module.weight, active.get("weight"))
+            b = per_member(ctx, module.bias, active.get("bias"))
+            return module.finish(by_member(ctx, x), w, b).view(x.shape)
+        return forward
+
+
+INT8_LAYERS = {"int8_linear": Int8LinearLayer, "int8_embedding": Int8EmbeddingLayer, "int8_bias": Int8BiasLayer,
+               "int8_norm": Int8NormLayer}
+
+__all__ = ["INT8_LAYERS", "Int8BiasLayer", "Int8EmbeddingLayer", "Int8LinearLayer", "Int8NormLayer", "tagged"]

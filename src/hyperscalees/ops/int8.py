@@ -1,0 +1,253 @@
+"""Integer arithmetic of the int8 models (EGG, the int8 transformer), exact and documented.
+
+Everything here is a pure function of integer tensors; every rounding is named:
+
+- **floor**: ``torch.div(a, d, rounding_mode="floor")`` and ``>>`` on negative integers round
+  toward -inf (``-7 >> 1 == -4``), as nano-egg's ``//`` and arithmetic shifts do.
+- **trunc**: ``rounding_mode="trunc"`` rounds toward 0, as C's ``/`` in d-eggs does.
+- **round half away from zero**: :func:`div_round_half_away` (C's ``roundf``), exactly in
+  integers -- ``torch.round`` would round half to even.
+- **round half up**: :func:`round_shift`, ``floor(v / 2^k + 1/2)``, for perturbations (below).
+
+Saturation is to [-127, 127]; -128 is never produced (:data:`QMAX`).
+
+**Matmuls** accumulate exactly (:func:`int_matmul`). On a CPU int8 x int8 products are summed
+in float32, which is exact while every partial sum stays below 2^24: |x|, |w| <= 127 bound a
+sum of ``fan_in`` products by fan_in * 127^2, so float32 is used for fan_in <= 1040
+(:data:`FLOAT32_EXACT_FAN_IN`; 1040 * 127^2 = 16,774,160 < 2^24 = 16,777,216) and float64
+above. On CUDA ``torch._int_mm`` (int8 x int8 -> int32) runs where its shape rules allow,
+float64 elsewhere. (The CUDA path is written device-agnostically; CI has no GPU.)
+
+**Perturbations** of an integer matrix follow EGGROLL: member i's accumulator is
+``x Wᵀ + round_shift(s_i (x B) Aᵀ, k)`` -- the shared int8 GEMM plus a per-member low-rank
+integer term (float64: exact, |terms| < 2^53), added *before* the layer's scaled division.
+``k`` comes from the noise scale, which must be a power of two (:func:`shift_of`). Round half up
+keeps a pair's two perturbations opposite except on exact ties; nano-egg's and d-eggs' plain
+floor shift gives every pair a -1/2 bias (``100 >> 7 == 0`` but ``-100 >> 7 == -1``). And since
+floor(a + y) = a + floor(y) for integer a, the member's output equals one division of the
+materialized fixed-point weight ``W·2^k + s·A Bᵀ`` (``ops/_reference.py``).
+
+Dimensions: K pairs, P = 2K members, R rows per member (member-major), r rank.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+QMAX = 127
+FLOAT32_EXACT_FAN_IN = (2**24 - 1) // (QMAX * QMAX)  # 1040: fan_in * 127^2 < 2^24
+FIXED_POINT = 4  # activations and weights are 16x their real value
+
+
+def clip8(x: Tensor) -> Tensor:
+    """Saturate to [-127, 127] and store as int8 (never -128)."""
+    return x.clamp(-QMAX, QMAX).to(torch.int8)
+
+
+def check_int8_range(x: Tensor, what: str) -> None:
+    if x.dtype.is_floating_point or x.dtype == torch.bool:
+        raise TypeError(f"{what}: expected an integer tensor, got {x.dtype}")
+
+
+def float32_is_exact(fan_in: int) -> bool:
+    """True when any sum of ``fan_in`` int8 x int8 products is exact in float32 (< 2^24)."""
+    return fan_in * QMAX * QMAX < 2**24
+
+
+def _int_mm_ok(x2: Tensor, w: Tensor) -> bool:
+    """torch._int_mm's CUDA shape rules: m > 16, k and n multiples of 8 (k >= 16)."""
+    m, k = x2.shape
+    n = w.shape[0]
+    return x2.is_cuda and m > 16 and k >= 16 and k % 8 == 0 and n % 8 == 0
+
+
+def int_matmul(x: Tensor, w: Tensor, how: str = "auto") -> Tensor:
+    """Exact x Wᵀ for int8-valued x (..., in) and W (out, in), as int64 (..., out).
+
+    ``how``: ``auto`` (the rule of the module docstring), ``float32`` (asserts the bound),
+    ``float64``, ``int_mm`` (torch._int_mm; also runs on recent CPU builds, so tests check it).
+    """
+    fan_in = w.shape[1]
+    x2 = x.reshape(-1, fan_in)
+    if how == "auto":
+        if x2.is_cuda and _int_mm_ok(x2, w):
+            how = "int_mm"
+        else:
+            how = "float32" if float32_is_exact(fan_in) else "float64"
+    if how == "int_mm":
+        out = torch._int_mm(x2.to(torch.int8).contiguous(), w.to(torch.int8).T.contiguous()).to(torch.int64)
+    elif how == "float32":
+        assert float32_is_exact(fan_in), f"fan_in {fan_in} * 127^2 >= 2^24: float32 sums would round"
+        out = (x2.to(torch.float32) @ w.to(torch.float32).T).to(torch.int64)
+    elif how == "float64":
+        out = (x2.to(torch.float64) @ w.to(torch.float64).T).to(torch.int64)
+    else:
+        raise ValueError(f"unknown int_matmul path {how!r}; use auto, float32, float64 or int_mm")
+    return out.view(*x.shape[:-1], w.shape[0])
+
+
+def egg_divisor(fan_in: int) -> int:
+    """nano-egg's matmul divisor 16·isqrt(fan_in): 256 for fan_in 256, 512 for 1024."""
+    return 16 * math.isqrt(fan_in)
+
+
+def floor_div(a: Tensor, d) -> Tensor:
+    return torch.div(a, d, rounding_mode="floor")
+
+
+def trunc_div(a: Tensor, d) -> Tensor:
+    return torch.div(a, d, rounding_mode="trunc")
+
+
+def div_round_half_away(n: Tensor, d: Tensor) -> Tensor:
+    """n / d rounded half away from zero (C's roundf), exactly in integers; d > 0."""
+    q = floor_div(2 * n.abs() + d, 2 * d)
+    return torch.where(n < 0, -q, q)
+
+
+def round_shift(v: Tensor, k: int) -> Tensor:
+    """floor(v / 2^k + 1/2) for integer v: round half up (k <= 0: v · 2^-k, exact)."""
+    if k <= 0:
+        return v if k == 0 else v * (1 << -k)
+    return (v + (1 << (k - 1))) >> k
+
+
+SHIFT_RANGE = (-16, 40)
+
+
+def shift_of(scale: float, what: str = "noise") -> int:
+    """k with scale == 2^-k exactly (-16 <= k <= 40); integer layers apply noise as shifts."""
+    m, e = math.frexp(scale) if scale > 0 and math.isfinite(scale) else (0.0, 0)  # scale = m · 2^e
+    k = 1 - e
+    if m != 0.5 or not SHIFT_RANGE[0] <= k <= SHIFT_RANGE[1]:
+        raise ValueError(f"{what}: integer layers need a noise scale σ·sigma_scale/√rank that is a power of two "
+                         f"2^-k with {SHIFT_RANGE[0]} <= k <= {SHIFT_RANGE[1]}, got {scale!r} "
+                         "(e.g. σ = 2^-8 for the 'int' distribution)")
+    return k
+
+
+def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int) -> Tensor:
+    """round_shift(s_i (x B_i) A_iᵀ, k) per member: x (P·R.., in) -> int64 (P·R.., out).
+
+    a (K, out, r), b (K, in, r) integer-valued, signs (K, 2). Float64 is exact here:
+    |x B| <= in·127·max|B| and the products stay far below 2^53 for any int8-scale noise.
+    """
+    kp, fan_in = a.shape[0], x.shape[-1]
+    xk = x.reshape(kp, 2, -1, fan_in).to(torch.float64)                      # (K, 2, R, in)
+    u = xk @ b.to(torch.float64).unsqueeze(1)                                # (K, 2, R, r)
+    u = u * signs.to(torch.float64).view(kp, 2, 1, 1)
+    z = u @ a.to(torch.float64).transpose(1, 2).unsqueeze(1)                 # (K, 2, R, out)
+    return round_shift(z.to(torch.int64), k).view(*x.shape[:-1], a.shape[1])
+
+
+def member_vector(v: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:
+    """(K, 2, 1, n) per-member int8-range vectors clip(v + round_shift(s·ε, k)); eps (K, n)."""
+    kp = eps.shape[0]
+    pert = eps.to(torch.int64).view(kp, 1, 1, -1) * signs.to(torch.int64).view(kp, 2, 1, 1)
+    return (v.to(torch.int64) + round_shift(pert, k)).clamp(-QMAX, QMAX)
+
+
+def mean_abs_norm(x: Tensor, w: Tensor, b: Tensor | None = None, rounding: str = "floor") -> Tensor:
+    """The integer "layernorm": no centring, divide by the mean |x| (guarded against 0).
+
+    m = max(floor(Σ|x| / D), 1); out = clip(div(x·w, m) (+ b)), div flooring (nano-egg's EGG_LN)
+    or truncating (d-eggs). nano-egg's table row for m = 0 holds XLA's divide-by-zero garbage;
+    here m = 0 (an input whose mean |x| is below 1, e.g. all zeros) divides by 1.
+    ``w``/``b`` broadcast: (D,) or per member (K, 2, 1, D) against x viewed as (K, 2, R, D).
+    """
+    xi = x.to(torch.int64)
+    m = (xi.abs().sum(dim=-1, keepdim=True) // x.shape[-1]).clamp_min(1)
+    div = floor_div if rounding == "floor" else trunc_div
+    out = div(xi * w, m)
+    return out if b is None else out + b
+
+
+def maxabs_requantize(v: Tensor) -> Tensor:
+    """d-eggs' per-vector requantisation: round_half_away(v·127 / max|v|) over the last dim.
+
+    d-eggs computes this in float32 (with max + 1e-9); here it is exact integer arithmetic,
+    so it can differ from d-eggs where float32 rounding flips a half. An all-zero vector stays 0.
+    """
+    vi = v.to(torch.int64)
+    m = vi.abs().amax(dim=-1, keepdim=True)
+    return clip8(torch.where(m > 0, div_round_half_away(vi * QMAX, m.clamp_min(1)), torch.zeros_like(vi)))
+
+
+# -- lookup tables (built once from Python floats: identical on every device) -------------------
+EXP_SCALE_BITS = 18   # EXP_LUT entries are exp(-i/6) · 2^18
+EXP_STEPS_PER_NAT = 6  # one logit unit of the int8 transformer is 1/6 nat
+ROPE_BITS = 20
+
+
+@lru_cache(maxsize=None)
+def _exp_lut_values() -> tuple[int, ...]:
+    vals = [int(math.floor(math.exp(-i / EXP_STEPS_PER_NAT) * 2**EXP_SCALE_BITS + 0.5)) for i in range(256)]
+    return tuple(v if v >= 1 else 0 for v in vals)
+
+
+def exp_lut(device=None) -> Tensor:
+    """(256,) int64: round(exp(-i/6)·2^18), 0 where below 1 (d-eggs' softmax table)."""
+    return torch.tensor(_exp_lut_values(), dtype=torch.int64, device=device)
+
+
+@lru_cache(maxsize=None)
+def _gelu_lut_values() -> tuple[int, ...]:
+    out = []
+    for q in range(-QMAX, QMAX + 1):
+        x = q / 16.0
+        g = 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))) * 16.0
+        out.append(int(math.copysign(math.floor(abs(g) + 0.5), g)))  # round half away from zero
+    return tuple(out)
+
+
+def gelu_lut(device=None) -> Tensor:
+    """(255,) int64: entry q + 127 is round_half_away(16·gelu(q/16)), q in [-127, 127]."""
+    return torch.tensor(_gelu_lut_values(), dtype=torch.int64, device=device)
+
+
+def gelu_int8(x: Tensor) -> Tensor:
+    """GELU of int8-range values (4 fractional bits) by table lookup."""
+    return gelu_lut(x.device)[x.to(torch.int64) + QMAX]
+
+
+@lru_cache(maxsize=None)
+def _rope_values(positions: int, head_dim: int, base: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    cos, sin = [], []
+    for t in range(positions):
+        for i in range(head_dim // 2):
+            theta = t * base ** (-2.0 * i / head_dim)
+            cos.append(int(math.floor(math.cos(theta) * 2**ROPE_BITS + 0.5)))
+            sin.append(int(math.floor(math.sin(theta) * 2**ROPE_BITS + 0.5)))
+    return tuple(cos), tuple(sin)
+
+
+def rope_tables(positions: int, head_dim: int, base: float = 10000.0, device=None) -> tuple[Tensor, Tensor]:
+    """(positions, head_dim/2) int64 cos and sin of t·base^(-2i/head_dim), in 2^-20 units."""
+    if head_dim % 2:
+        raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+    cos, sin = _rope_values(positions, head_dim, float(base))
+    shape = (positions, head_dim // 2)
+    return (torch.tensor(cos, dtype=torch.int64, device=device).view(shape),
+            torch.tensor(sin, dtype=torch.int64, device=device).view(shape))
+
+
+def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (2i, 2i+1) of x (..., T, head_dim) in fixed point, rounding half up (+2^19 >> 20).
+
+    cos/sin (T, head_dim/2) in 2^-20 units; int64 throughout, as d-eggs.
+    """
+    xi = x.to(torch.int64)
+    even, odd = xi[..., 0::2], xi[..., 1::2]
+    half = 1 << (ROPE_BITS - 1)
+    re = (even * cos - odd * sin + half) >> ROPE_BITS
+    ro = (even * sin + odd * cos + half) >> ROPE_BITS
+    return torch.stack([re, ro], dim=-1).flatten(-2)
+
+
+__all__ = ["EXP_SCALE_BITS", "EXP_STEPS_PER_NAT", "FIXED_POINT", "FLOAT32_EXACT_FAN_IN", "QMAX", "clip8",
+           "div_round_half_away", "egg_divisor", "exp_lut", "float32_is_exact", "floor_div", "gelu_int8", "gelu_lut",
+           "int_matmul", "lowrank_term", "maxabs_requantize", "mean_abs_norm", "member_vector", "rope",
+           "rope_tables", "round_shift", "shift_of", "trunc_div"]

@@ -1,0 +1,33 @@
+"""Materialize one member of an integer model's population: the reference side of the bit-exact tests."""
+from __future__ import annotations
+
+import torch
+
+from hyperscalees.noise.spec import ESMode
+from hyperscalees.ops._reference import int_member_matrix, int_member_table, int_member_vector
+from hyperscalees.ops.int8 import shift_of
+
+
+def member_weights(model, es, i: int | None) -> tuple[dict, dict]:
+    """({name: member i's materialized weight}, {name: its shift k}); ``i=None``: the unperturbed model.
+
+    Matrices become W·2^k + s·A Bᵀ (int64 fixed point), tables and vectors their perturbed int8
+    values; nothing here shares code with the population layers.
+    """
+    store = es.store() if i is not None else None
+    member, shifts = {}, {}
+    for name, p in model.named_parameters():
+        spec = es.specs.get(name)
+        if i is None or spec is None or spec.mode == ESMode.EXCLUDED:
+            member[name], shifts[name] = p.to(torch.int64), 0
+            continue
+        n = store.noise(name, 2 * (i // 2), 2 * (i // 2) + 2)
+        k, sign = shift_of(store.scale(name)), int(n.signs[0, i % 2])
+        if spec.mode == ESMode.MM_PARAM:
+            member[name] = int_member_matrix(p, n.a[0], n.b[0], sign, k)
+        elif spec.mode == ESMode.EMB_PARAM:
+            member[name] = int_member_table(p, n.a[0], n.b[0], sign, k)
+        else:
+            member[name] = int_member_vector(p, n.eps[0], sign, k)
+        shifts[name] = max(k, 0) if spec.mode == ESMode.MM_PARAM else 0
+    return member, shifts
