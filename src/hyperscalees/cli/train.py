@@ -169,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(prog, str(e))
     except OSError as e:
         return fail(prog, os_error(e))
-    for note in start_notes(cfg, explicit(args)):
+    from_model = {f"es.{k}" for k in get_task(args.task).model_es_defaults(cfg.options)}  # chosen for the model
+    for note in start_notes(cfg, explicit(args) | from_model):
         print(f"note: {note}", file=sys.stderr)
     try:
         if getattr(args, "run.trainer", "es") == "backprop":

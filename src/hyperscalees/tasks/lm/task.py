@@ -22,6 +22,7 @@ baselines of the same targets (``metrics.py``).
 """
 from __future__ import annotations
 
+import inspect
 import sys
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ NTT_CHOICES = ("none", "wht", "fermat")
 
 @dataclass(frozen=True)
 class LMOptions:
-    model: str = "float-gru"
+    model: str = "egg"
     hidden: int = 64            # model width D
     layers: int = 2
     heads: int = 0              # attention heads of a transformer (0: the model's own default)
@@ -77,13 +78,21 @@ class LMOptions:
 
 
 def model_sizes(o: LMOptions) -> dict:
-    """Size keyword arguments every ``LM_MODELS`` builder accepts (unused ones are ignored)."""
-    sizes = {"hidden": o.hidden, "layers": o.layers, "max_len": o.window}
+    """The size keyword arguments of ``o.model``'s builder: width (``hidden`` or ``dim``), layers,
+    context (``max_len``/``seq_len``), heads and ntt, each passed only where the builder takes it."""
+    sizes = {"hidden": o.hidden, "dim": o.hidden, "layers": o.layers, "max_len": o.window, "seq_len": o.window}
     if o.heads:
         sizes["heads"] = o.heads
     if o.ntt != "none":
         sizes["ntt"] = o.ntt
-    return sizes
+    params = inspect.signature(LM_MODELS[o.model]).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return sizes
+    if "ntt" in sizes and "ntt" not in params:
+        raise ValueError(f"model {o.model!r} has no ntt option (models with one: the transformer, float-gru)")
+    if "heads" in sizes and "heads" not in params:
+        raise ValueError(f"model {o.model!r} has no attention heads (--heads is for transformers)")
+    return {k: v for k, v in sizes.items() if k in params}
 
 
 def slice_state(state, lo: int, hi: int):
@@ -133,6 +142,11 @@ class LMTask(AbstractTask):
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
         return build_lm(self.options.model, self.corpus.vocab_size, **model_sizes(self.options))
+
+    def es_options(self, model: nn.Module) -> dict:
+        """The model's parameter groups (e.g. a larger σ for an integer model's vectors)."""
+        groups = model.es_groups() if hasattr(model, "es_groups") else []
+        return {"groups": groups} if groups else {}
 
     @classmethod
     def model_es_defaults(cls, options: dict) -> dict:
