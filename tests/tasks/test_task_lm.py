@@ -196,3 +196,23 @@ def test_ntt_option_adds_trained_feature_tables():
     with torch.no_grad():
         es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=0)))
     assert not torch.equal(before, model.ntt.tables[0].weight)      # ES moves the feature tables too
+
+
+def test_egg_run_resumes_bit_identically_and_saves_int8_losslessly(tmp_path):
+    from safetensors.torch import load_file
+    opts = {**SMALL, "model": "egg", "hidden": 8, "window": 8}
+    es = {"population": 8, "seed": 1}
+    full, part = tmp_path / "full", tmp_path / "part"
+    run(make_config("lm", es=es, engine={"steps": 4, "out": str(full), "eval_every": 4}, options=opts), LocalBackend())
+    run(make_config("lm", es=es, engine={"steps": 2, "out": str(part), "eval_every": 4}, options=opts), LocalBackend())
+    run(make_config("lm", es=es, engine={"steps": 4, "resume": str(part), "eval_every": 4}, options=opts),
+        LocalBackend())
+    cfg, task, model, step = load_run(full)
+    assert cfg.es.update_rule == "int_ztest" and cfg.es.distribution == "int"   # the model's es_defaults
+    saved = load_file(str(next(full.glob("model-*.safetensors"))))
+    ints = {k: v for k, v in saved.items() if v.dtype == torch.int8}
+    assert ints and all(torch.equal(v, model.state_dict()[k]) for k, v in ints.items())
+    init = task.build_model().state_dict()
+    assert any(not torch.equal(init[k], v) for k, v in ints.items())     # training did move integer weights
+    b = load_run(part)[2].state_dict()
+    assert all(torch.equal(v, b[k]) for k, v in model.state_dict().items())
