@@ -83,3 +83,28 @@ def test_bad_inputs_are_named():
         m(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 2, 8, dtype=torch.int8))
     with pytest.raises(ValueError, match="tokens must be"):
         m(torch.zeros(3, dtype=torch.long))
+
+
+def test_adaptive_noise_overlays_reach_the_forward_exactly():
+    """Rows/columns faded by the rule's overlays: the population forward still equals each member."""
+    torch.manual_seed(6)
+    m = Egg(dim=16, layers=1)
+    pop, rows = 4, 2
+    es = hs.EGGROLL(m, population=pop, groups=m.es_groups(), **dict(m.es_defaults, update_rule="int_adamw",
+                                                                        sigma=2.0**-5), seed=2)
+    rule = es.strategy.rule
+    g = torch.Generator().manual_seed(0)
+    for ovs in rule.overlays.values():
+        for ov in ovs:
+            ov.copy_(torch.randint(-20, 100, ov.shape, generator=g))
+    es.strategy._store = None                        # the next store reads the new overlays
+    store = es.store()
+    assert store.overlay("blocks.0.wf.weight") is not None
+    tok = tokens_with_resets(rows, 5, 8).repeat(pop, 1)
+    state = random_state(rows * pop, 1, 16, 9)
+    with es.perturbed():
+        y, s = m.int_forward(tok, state)
+    for i in range(pop):
+        sl = slice(i * rows, (i + 1) * rows)
+        ref_y, ref_s = egg_reference(*member_weights(m, es, i), tok[sl], state[sl], 1, 16)
+        assert torch.equal(y[sl].to(torch.int64), ref_y) and torch.equal(s[sl].to(torch.int64), ref_s)

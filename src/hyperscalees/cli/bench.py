@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl")
+BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "int8")
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.

@@ -5,3 +5,4 @@ from .transformer import Block, TinyLM
 
 __all__ = ["ACTIVATIONS", "Block", "TinyLM", "mlp"]
 from .egg import Egg  # noqa: E402  (registers "egg" in LM_MODELS)
+from .int8_transformer import Int8Transformer  # noqa: E402  (registers "int8-transformer")

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ..ops.int8 import QMAX, clip8
-from .int8_modules import Int8Bias, Int8Embedding, Int8Linear, Int8Norm
+from .int8_modules import Int8Bias, Int8Embedding, Int8Linear, Int8Norm, vector_groups
 from .lm import AbstractLM, natural_logits_from_log2_sixteenths, register_lm
 
 EGG_ES_DEFAULTS = {
@@ -35,20 +35,6 @@ EGG_ES_DEFAULTS = {
     "lr": 1.0,                  # α_0 of the z-test rule (the fraction of weights that may move)
     "noise_reuse": 1,
 }
-VECTOR_SIGMA_SCALE = 16.0
-
-
-def vector_groups(model: nn.Module, sigma_scale: float = VECTOR_SIGMA_SCALE) -> list[dict]:
-    """One group of the model's 1-D integer parameters (norm gains, biases) at ``sigma_scale``·σ.
-
-    Vectors take full-rank noise ε of std 16 where a matrix's rank-1 term A Bᵀ has std 256, so
-    σ is raised 16x for them: perturbations of about one int8 step for both (nano-egg's vectors
-    use a product of two table entries for the same reason).
-    """
-    names = [n for n, p in model.named_parameters() if p.dim() == 1 and not p.is_floating_point()]
-    return [{"params": names, "sigma_scale": sigma_scale, "name": "vectors"}] if names else []
-
-
 class EggBlock(nn.Module):
     """One recurrent layer and its MLP (see the module docstring)."""
 
@@ -124,4 +110,4 @@ class Egg(AbstractLM):
         return natural_logits_from_log2_sixteenths(y), state
 
 
-__all__ = ["EGG_ES_DEFAULTS", "Egg", "EggBlock", "vector_groups"]
+__all__ = ["EGG_ES_DEFAULTS", "Egg", "EggBlock"]

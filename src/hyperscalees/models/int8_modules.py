@@ -23,13 +23,32 @@ from ..ops.int8 import QMAX, clip8, egg_divisor, floor_div, int_matmul, mean_abs
 _ROUNDINGS = ("floor", "trunc")
 
 
-def int8_parameter(*shape: int, fill: int | None = None, scale: float = 16.0) -> nn.Parameter:
-    """An int8 parameter: ``fill`` everywhere, or round(scale·N(0,1)) saturated to ±127."""
+INITS = ("normal", "uniform")
+
+
+def int8_parameter(*shape: int, fill: int | None = None, init: str = "normal") -> nn.Parameter:
+    """An int8 parameter: ``fill`` everywhere, else ``init``: round(16·N(0,1)) saturated to ±127
+    (nano-egg) or uniform integers in [-15, 15] (d-eggs)."""
     if fill is not None:
         data = torch.full(shape, fill, dtype=torch.int8)
+    elif init == "normal":
+        data = torch.randn(shape).mul_(16.0).round_().clamp_(-QMAX, QMAX).to(torch.int8)
+    elif init == "uniform":
+        data = torch.randint(-15, 16, shape, dtype=torch.int8)
     else:
-        data = torch.randn(shape).mul_(scale).round_().clamp_(-QMAX, QMAX).to(torch.int8)
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
     return nn.Parameter(data, requires_grad=False)
+
+
+def vector_groups(model: nn.Module, sigma_scale: float = 16.0) -> list[dict]:
+    """One parameter group of the model's 1-D integer parameters (norm gains, biases) at ``sigma_scale``·σ.
+
+    Vectors take full-rank noise ε (std 16 for ``int``) where a matrix's rank-1 term A Bᵀ has
+    std 256, so σ is raised 16x for them: perturbations of about one int8 step for both
+    (nano-egg's vectors use a product of two table entries for the same reason).
+    """
+    names = [n for n, p in model.named_parameters() if p.dim() == 1 and not p.is_floating_point()]
+    return [{"params": names, "sigma_scale": sigma_scale, "name": "vectors"}] if names else []
 
 
 def _check_divisor(divisor: int) -> int:
@@ -48,10 +67,10 @@ class Int8Linear(nn.Module):
     hs_layer = "int8_linear"
 
     def __init__(self, fan_in: int, fan_out: int, divisor: int | None = None, bias: bool = False,
-                 saturate: bool = True):
+                 saturate: bool = True, init: str = "normal"):
         super().__init__()
         self.fan_in, self.fan_out = fan_in, fan_out
-        self.weight = int8_parameter(fan_out, fan_in)
+        self.weight = int8_parameter(fan_out, fan_in, init=init)
         self.bias = int8_parameter(fan_out, fill=0) if bias else None
         self.divisor = _check_divisor(divisor if divisor is not None else egg_divisor(fan_in))
         self.saturate = saturate
@@ -76,10 +95,10 @@ class Int8Embedding(nn.Module):
 
     hs_layer = "int8_embedding"
 
-    def __init__(self, vocab_size: int, dim: int, head_divisor: int = 256):
+    def __init__(self, vocab_size: int, dim: int, head_divisor: int = 256, init: str = "normal"):
         super().__init__()
         self.vocab_size, self.dim = vocab_size, dim
-        self.weight = int8_parameter(vocab_size, dim)
+        self.weight = int8_parameter(vocab_size, dim, init=init)
         self.head_divisor = _check_divisor(head_divisor)
 
     def forward(self, x: Tensor, head: bool = False) -> Tensor:
@@ -125,4 +144,4 @@ class Int8Norm(nn.Module):
         return self.finish(x, self.weight, self.bias)
 
 
-__all__ = ["Int8Bias", "Int8Embedding", "Int8Linear", "Int8Norm", "int8_parameter"]
+__all__ = ["INITS", "Int8Bias", "Int8Embedding", "Int8Linear", "Int8Norm", "int8_parameter", "vector_groups"]

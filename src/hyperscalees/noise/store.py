@@ -5,7 +5,8 @@ read by everything that needs that step's noise: the perturbed forwards (every c
 every call) and the update that consumes it. It holds
 
 - each perturbed parameter's scales (:func:`noise_scales`: σ, σ/√r, per-parameter
-  multipliers -- computed here and nowhere else);
+  multipliers -- computed here and nowhere else), and any per-row/column overlay on them
+  (:meth:`NoiseStore.overlay`);
 - whole-step draws, made once and served to every chunk as slices and to the update,
   while they fit the byte budget (past it, chunks draw their own and the update
   regenerates, so memory stays bounded for any population);
@@ -37,7 +38,8 @@ class NoiseStore:
 
     def __init__(self, pop: Population, specs: Mapping[str, ParamSpec], lowrank: Collection[str],
                  devices: Mapping[str, torch.device], budget_bytes: float,
-                 sigma_scales: Mapping[str, float] | None = None):
+                 sigma_scales: Mapping[str, float] | None = None,
+                 overlays: Mapping[str, tuple[Tensor | None, Tensor | None]] | None = None):
         self.pop = pop
         self.specs = {n: s for n, s in specs.items() if s.mode != ESMode.EXCLUDED}
         self.lowrank = frozenset(n for n in lowrank if n in self.specs)
@@ -46,6 +48,7 @@ class NoiseStore:
         extra = sigma_scales or {}
         self._scales = {n: noise_scales(pop.sigma, s.sigma_scale * extra.get(n, 1.0), pop.rank, n in self.lowrank)
                         for n, s in self.specs.items()}
+        self._overlays = dict(overlays or {})
         self._draws: dict[str, Noise] = {}
         self._members: dict[tuple, tuple[Tensor, Tensor]] = {}
         self._key_words: dict[str, dict[str, Tensor]] = {}
@@ -61,6 +64,15 @@ class NoiseStore:
 
     def is_lowrank(self, name: str) -> bool:
         return name in self.lowrank
+
+    def overlay(self, name: str) -> tuple[Tensor | None, Tensor | None] | None:
+        """Per-row and per-column factors (rows,), (cols,) in [0, 1] on ``name``'s unit noise this step
+        (adaptive noise scaling: the update rule fades rows and columns that stopped changing), or None.
+
+        A vector parameter has its factors in the first slot. Layers that honour them (the integer
+        layers) scale the drawn factors; the rule that made them weighs its votes the same way.
+        """
+        return self._overlays.get(name)
 
     def sigma(self, name: str) -> float:
         """σ of ``name`` this step: the step's σ times the parameter's multipliers."""

@@ -126,3 +126,102 @@ def egg_reference(member: dict[str, Tensor], shifts: dict[str, int], tokens: Ten
         logits.append(torch.stack(row))
         states.append(torch.stack(s))
     return torch.stack(logits), torch.stack(states)
+
+
+def _requant_reference(v: Tensor) -> Tensor:
+    """round_half_away(v·127/max|v|) written with exact Python fractions, one element at a time."""
+    from fractions import Fraction
+    m = int(v.abs().max())
+    if m == 0:
+        return torch.zeros_like(v)
+    out = []
+    for e in v.tolist():
+        q = Fraction(abs(e) * 127, m)
+        r = int(q) + (1 if q - int(q) >= Fraction(1, 2) else 0)
+        out.append(min(127, r) * (1 if e >= 0 else -1))
+    return torch.tensor(out, dtype=torch.int64)
+
+
+def _trunc_norm_reference(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    m = max(int(x.abs().sum()) // x.shape[-1], 1)
+    return (torch.div(x * w, m, rounding_mode="trunc") + b).clamp(-127, 127)
+
+
+def transformer_reference(member: dict[str, Tensor], shifts: dict[str, int], tokens: Tensor, layers: int,
+                          heads: int, init_mlp: bool = True, rope_base: float = 10000.0, ratio: int = 4) -> Tensor:
+    """One member of the int8 transformer, stream by stream, token by token with a KV cache.
+
+    ``member`` as in :func:`egg_reference`. Tables are recomputed here from ``math``; returns
+    int64 logits (R, T, V) in 1/6-nat units.
+    """
+    table = member["embed.weight"]
+    d = table.shape[1]
+    hd = d // heads
+    isq = lambda n: 16 * math.isqrt(n)
+    exp_table = [max(0, int(math.floor(math.exp(-i / 6) * 2**18 + 0.5))) for i in range(256)]
+    exp_table = [e if e >= 1 else 0 for e in exp_table]
+
+    def gelu(q):
+        g = 0.5 * (q / 16) * (1 + math.erf(q / 16 / math.sqrt(2))) * 16
+        return int(math.copysign(math.floor(abs(g) + 0.5), g))
+
+    def lin(name, x, divisor, saturate, bias=True):
+        w = member[name + ".weight"]
+        y = int_linear_reference(x, w, shifts[name + ".weight"], divisor, saturate=False)
+        if bias and name + ".bias" in member:
+            y = y + member[name + ".bias"]
+        return y.clamp(-127, 127) if saturate else y
+
+    def mlp(p, x):
+        h = _trunc_norm_reference(x, member[p + "norm.weight"], member[p + "norm.bias"])
+        up = lin(p + "up", h, isq(d), True)
+        return lin(p + "down", torch.tensor([gelu(int(u)) for u in up], dtype=torch.int64).clamp(-127, 127),
+                   2 * isq(ratio * d), False)
+
+    def rotate(z, t):
+        out = z.clone()
+        for hh in range(heads):
+            for i in range(hd // 2):
+                theta = t * rope_base ** (-2.0 * i / hd)
+                c = int(math.floor(math.cos(theta) * 2**20 + 0.5))
+                s = int(math.floor(math.sin(theta) * 2**20 + 0.5))
+                e, o = int(z[hh * hd + 2 * i]), int(z[hh * hd + 2 * i + 1])
+                out[hh * hd + 2 * i] = (e * c - o * s + 2**19) >> 20
+                out[hh * hd + 2 * i + 1] = (e * s + o * c + 2**19) >> 20
+        return out
+
+    logits = []
+    for r in range(tokens.shape[0]):
+        cache = [([], []) for _ in range(layers)]
+        row = []
+        for t in range(tokens.shape[1]):
+            x = (table[int(tokens[r, t])] + member["embed_bias.weight"]).clamp(-127, 127)
+            if init_mlp:
+                x = _requant_reference(x + mlp("init_mlp.", x))
+            for l in range(layers):
+                p = f"blocks.{l}."
+                h = _trunc_norm_reference(x, member[p + "norm.weight"], member[p + "norm.bias"])
+                q = _requant_reference(rotate(lin(p + "q", h, 1, False), t))
+                k = _requant_reference(rotate(lin(p + "k", h, 1, False), t))
+                v = _requant_reference(lin(p + "v", h, 1, False))
+                cache[l][0].append(k)
+                cache[l][1].append(v)
+                att = torch.zeros(d, dtype=torch.int64)
+                for hh in range(heads):
+                    sl = slice(hh * hd, (hh + 1) * hd)
+                    scores = [int((q[sl] * kj[sl]).sum()) for kj in cache[l][0]]
+                    top = max(scores)
+                    ws = [exp_table[min(max((top >> 8) - (s >> 8), 0), 255)] for s in scores]
+                    num = sum(w * vj[sl] for w, vj in zip(ws, cache[l][1]))
+                    att[sl] = torch.div(num, sum(ws), rounding_mode="trunc").clamp(-127, 127)
+                x = _requant_reference(x + lin(p + "o", att, 2 * isq(d), False))
+                x = _requant_reference(x + mlp(p + "mlp.", x))
+            hf = _trunc_norm_reference(x, member["norm_out.weight"], member["norm_out.bias"])
+            row.append(int_linear_reference(hf, table_fixed(member, shifts), shifts["embed.weight#head"], isq(d), False))
+        logits.append(torch.stack(row))
+    return torch.stack(logits)
+
+
+def table_fixed(member: dict[str, Tensor], shifts: dict[str, int]) -> Tensor:
+    """The tied head's matrix: E·2^k + s·A Bᵀ (``member['embed.weight#head']``), or E when unperturbed."""
+    return member.get("embed.weight#head", member["embed.weight"])

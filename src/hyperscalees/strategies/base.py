@@ -97,7 +97,8 @@ class AbstractStrategy:
         if self._store is None or self._store.pop != pop:
             self._store = NoiseStore(pop, {n: self.specs[n] for n in self.trainable}, self.lowrank,
                                      {n: self.params[n].device for n in self.trainable},
-                                     self.config.noise_cache_mib * 2**20, self._sigma_scales)
+                                     self.config.noise_cache_mib * 2**20, self._sigma_scales,
+                                     self.rule.noise_overlays())
         return self._store
 
     def noise(self, name: str, pop: Population, lo: int, hi: int) -> Noise:

@@ -101,6 +101,42 @@ def pair_sign(f: Tensor, dead_zone: float = 0.0) -> Tensor:
     return torch.stack([0.5 * s, -0.5 * s], dim=1).view_as(f)
 
 
+def chunk_mean_filter(diff: Tensor, chunk: int = 0, exponent: float = 1.2) -> Tensor:
+    """d-eggs' chunk mean filter: add sign(m)·|m|^exponent to every pair difference of a chunk,
+    m the chunk's mean difference (``chunk`` pairs; 0 = all pairs one chunk).
+
+    It shifts each pair's comparison toward the chunk-wide trend. Because of the exponent it
+    depends on the fitness units and, through ``chunk``, on how pairs are grouped. d-eggs
+    truncates the shift to an integer (its losses are integers); fitness here is float, so the
+    shift is kept whole.
+    """
+    n = diff.numel()
+    chunk = n if chunk <= 0 else chunk
+    if n % chunk:
+        raise ValueError(f"chunk_mean_filter: {n} pairs do not split into chunks of {chunk}")
+    d = diff.view(-1, chunk)
+    m = d.mean(dim=1, keepdim=True)
+    return (d + torch.sign(m) * m.abs().pow(exponent)).view_as(diff)
+
+
+def adaptive_pair_sign(f: Tensor, alpha: float = 0.1, chunk: int | None = None, exponent: float = 1.2) -> Tensor:
+    """Ternary pair fitness with d-eggs' adaptive dead zone, +/-0.5 to the pair like :func:`pair_sign`.
+
+    diff_k = f_2k − f_2k+1 (optionally through :func:`chunk_mean_filter` when ``chunk`` is not
+    None); F_k = sign(diff_k) where |diff_k| ≥ α · mean_k |diff_k|, else 0. A zero difference is
+    always 0 (d-eggs turned an all-zero chunk into all −1: its threshold was 0 and 0 < 0 is false).
+    """
+    if not alpha >= 0:
+        raise ValueError(f"adaptive_pair_sign: alpha must be >= 0, got {alpha!r}")
+    pairs = f.view(-1, 2)
+    diff = pairs[:, 0] - pairs[:, 1]
+    if chunk is not None:
+        diff = chunk_mean_filter(diff, chunk, exponent)
+    threshold = alpha * diff.abs().mean()
+    s = torch.sign(diff) * (diff.abs() >= threshold).to(f.dtype)
+    return torch.stack([0.5 * s, -0.5 * s], dim=1).view_as(f)
+
+
 def episode_weighted_z_score(f: Tensor, num_episodes: Tensor, eps: float = 1e-5) -> Tensor:
     """z-score whose mean and variance weight each member by its episode count.
 
@@ -122,6 +158,8 @@ SHAPINGS: dict[str, Shaping] = {
     "centered_rank": centered_rank,
     "pair_sign": pair_sign,
     "ternary": lambda f: pair_sign(f, dead_zone=1e-8),
+    "pair_sign_adaptive": adaptive_pair_sign,                              # dead zone 0.1·mean|diff|
+    "pair_sign_filtered": lambda f: adaptive_pair_sign(f, chunk=0),        # d-eggs: chunk mean filter first
 }
 WEIGHTED = {"z_score"}  # shapings that take per-member weights
 

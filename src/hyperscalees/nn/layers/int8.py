@@ -12,7 +12,9 @@ block's integer semantics and adds each member's perturbation as integers:
 - vectors (biases, norm gains): clip(v + round_shift(s ε, k)) per member.
 
 The noise must take integer values (``distribution="int"`` or ``"int_uniform"``) and its scale
-(σ · sigma_scale / √rank) must be 2^-k: both are checked, with the fix named.
+(σ · sigma_scale / √rank) must be 2^-k: both are checked, with the fix named. Per-row/column
+overlays of the step (``NoiseStore.overlay``: adaptive noise scaling) scale the drawn factors,
+truncated back to integers, before any of this.
 
 Dimensions: K pairs, R rows per member, inputs member-major along dim 0.
 """
@@ -37,7 +39,26 @@ def int_noise(ctx: PopulationContext, name: str, rows: Tensor | None = None) -> 
         raise ValueError(f"{name}: integer layers need integer-valued noise, got distribution "
                          f"{ctx.pop.distribution!r}; use one of {INTEGER_DISTRIBUTIONS}")
     n = ctx.noise(name) if rows is None else ctx.rows(name, rows)
+    overlay = ctx.store.overlay(name)
+    if overlay is not None:
+        n = scaled_noise(n, overlay, rows)
     return n, shift_of(ctx.store.scale(name), name)
+
+
+def scaled_noise(n: Noise, overlay: tuple, rows: Tensor | None) -> Noise:
+    """Adaptive noise scaling: trunc(A·f_row), trunc(B·f_col) (ε: trunc(ε·f)), integers again.
+
+    ``rows`` (K, N) are the looked-up rows when ``n`` holds only those rows of A.
+    """
+    f_row, f_col = overlay
+    if n.lowrank:
+        fr = (f_row if rows is None else f_row[rows.long()]).unsqueeze(-1)   # (rows | K·N, 1)
+        a, b = (n.a * fr).trunc(), (n.b * f_col.unsqueeze(-1)).trunc() if f_col is not None else n.b
+        return Noise(n.signs, n.sigma, n.scale, a=a, b=b)
+    f = f_row if f_col is None else f_row[:, None] * f_col[None, :]
+    if rows is not None:
+        f = f[rows.long()]
+    return Noise(n.signs, n.sigma, n.scale, eps=(n.eps * f).trunc())
 
 
 def dense_term(x: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:

@@ -30,6 +30,11 @@ class AbstractUpdateRule:
         its fitness contrast). Rules that need the raw vote (integer rules) divide c out; the
         default ignores it."""
 
+    def noise_overlays(self) -> dict:
+        """{name: (row factors, column factors)} this rule wants on the next step's noise (adaptive
+        noise scaling, ``NoiseStore.overlay``); none by default."""
+        return {}
+
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
         """Move every parameter named in ``estimates``; group lrs are scaled by ``lr_factor`` (schedules)."""
         raise NotImplementedError

@@ -31,7 +31,15 @@ Rules (``ESConfig.update_rule``; α / lr per parameter group, scaled by ``lr_fac
 
 :func:`quantized_apply`: where acc ≥ 1 and θ < 127, θ += 1 and acc −= 1; where acc ≤ −1 and
 θ > −127, θ −= 1 and acc += 1; at a bound acc is clamped to [−1, 1]. At most one step per
-weight per update, however large acc is. Elementwise float32 maths only (bits independent of
+weight per update, however large acc is.
+
+**Adaptive noise scaling** (``adaptive_noise=True``; the default of ``int_adamw`` and ``int_muon``,
+as in d-eggs; off for the others): an int overlay per row and per column of each matrix (per
+element of a vector), starting at 64, +5 after an update in which some weight of that row moved,
+−1 otherwise, clamped to ±127. The next step's noise is scaled by f(ov) = clamp(ov, 0, 64)/64 on
+each side (``NoiseStore.overlay``; the integer layers truncate the scaled factors), so rows and
+columns that stop changing fade their exploration to zero. Votes are weighed by the same factors
+(d-eggs' votes ignored them, so silenced weights kept receiving pure-noise votes). Elementwise float32 maths only (bits independent of
 threads), except Muon's Newton–Schulz GEMMs.
 """
 from __future__ import annotations
@@ -83,10 +91,21 @@ def quantized_apply(w: Tensor, acc: Tensor) -> Tensor:
     return step
 
 
-class AbstractIntegerRule(AbstractUpdateRule):
-    """Shared machinery: the step's coefficients, z-scores, per-parameter lr and weight decay."""
+OVERLAY_INIT, OVERLAY_INC, OVERLAY_DEC, OVERLAY_FULL = 64, 5, 1, 64  # d-eggs' ADAPTIVE_NOISE_*
 
-    def __init__(self, params, groups, config):
+
+def overlay_factor(ov: Tensor) -> Tensor:
+    """d-eggs' mode 1: ov < 0 -> 0 (noise off), 0..64 -> ov/64, >= 64 -> 1."""
+    return ov.clamp(0, OVERLAY_FULL).to(torch.float32) / OVERLAY_FULL
+
+
+class AbstractIntegerRule(AbstractUpdateRule):
+    """Shared machinery: the step's coefficients, z-scores, per-parameter lr and weight decay, and the
+    optional adaptive noise overlays (``adaptive_noise``; see :meth:`update_overlay`)."""
+
+    adaptive_default = False
+
+    def __init__(self, params, groups, config, adaptive_noise: bool | None = None):
         super().__init__(params, groups, config)
         for n, p in params.items():
             if p.is_floating_point():
@@ -97,6 +116,35 @@ class AbstractIntegerRule(AbstractUpdateRule):
         self._pairs = config.population // 2
         self._group = {n: g for g in groups for n in g.names}
         self.changed = 0  # weights moved by the last update (a metric)
+        self.adaptive_noise = self.adaptive_default if adaptive_noise is None else bool(adaptive_noise)
+        self.overlays: dict[str, list[Tensor]] = {}
+        if self.adaptive_noise:
+            self.overlays = {n: [torch.full((d,), OVERLAY_INIT, dtype=torch.int16, device=p.device)
+                                 for d in p.shape[:2]] for n, p in params.items()}
+
+    def noise_overlays(self) -> dict:
+        """Row/column factors of every parameter's noise from its overlays (adaptive noise scaling)."""
+        return {n: tuple(overlay_factor(o) for o in ovs) + (None,) * (2 - len(ovs))
+                for n, ovs in self.overlays.items()}
+
+    def update_overlay(self, name: str, step: Tensor) -> None:
+        """d-eggs' adaptive noise: a row (column) in which some weight moved this update gains +5,
+        one where none moved loses 1, clamped to ±127; its noise fades below 64 and is off below 0.
+        Applied after the parameter's update, so it shapes the next step's noise."""
+        moved = step != 0
+        ovs = self.overlays[name]
+        for dim, ov in enumerate(ovs):
+            other = tuple(d for d in range(moved.dim()) if d != dim)
+            hit = moved.any(dim=other) if other else moved
+            ov.add_(torch.where(hit, OVERLAY_INC, -OVERLAY_DEC).to(ov.dtype)).clamp_(-QMAX, QMAX)
+
+    def overlay_weight(self, name: str) -> Tensor | float:
+        """The factor each weight's noise had this step: votes are weighed by it (d-eggs voted with the
+        unscaled noise, so weights whose noise was off still received votes of pure noise)."""
+        if name not in self.overlays:
+            return 1.0
+        f = [overlay_factor(o) for o in self.overlays[name]]
+        return f[0] if len(f) == 1 else f[0][:, None] * f[1][None, :]
 
     def prepare(self, pop, coefficients: dict[str, float]) -> None:
         self._coef = dict(coefficients)
@@ -108,7 +156,7 @@ class AbstractIntegerRule(AbstractUpdateRule):
         if name not in self._coef:
             raise RuntimeError(f"{type(self).__name__}: no coefficient for {name!r}; the strategy must call "
                                "prepare(pop, coefficients) before apply")
-        return torch.round(g / self._coef[name])
+        return torch.round(g / self._coef[name]) * self.overlay_weight(name)
 
     def vote_scale(self, name: str) -> float:
         """std(t)·√M: the standard deviation of Z under random fitness signs."""
@@ -124,7 +172,10 @@ class AbstractIntegerRule(AbstractUpdateRule):
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
         changed = 0
         for n in list(estimates):
-            changed += int(self.apply_one(n, estimates.pop(n), lr_factor).count_nonzero())
+            step = self.apply_one(n, estimates.pop(n), lr_factor)
+            changed += int(step.count_nonzero())
+            if n in self.overlays:
+                self.update_overlay(n, step)
         self.changed = changed
         self.step += 1
 
@@ -132,17 +183,20 @@ class AbstractIntegerRule(AbstractUpdateRule):
         raise NotImplementedError
 
     def state_dict(self) -> dict:
-        return {"step": self.step}
+        return {"step": self.step, "overlays": {n: [o.clone() for o in ovs] for n, ovs in self.overlays.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = int(state["step"])
+        for n, ovs in state.get("overlays", {}).items():
+            for mine, saved in zip(self.overlays[n], ovs):
+                mine.copy_(saved)
 
 
 class ZTestRule(AbstractIntegerRule):
     """nano-egg's z-test threshold rule (module docstring)."""
 
-    def __init__(self, params, groups, config, alpha_decay: float = 4.0, decay_steps: int = 1000):
-        super().__init__(params, groups, config)
+    def __init__(self, params, groups, config, alpha_decay: float = 4.0, decay_steps: int = 1000, **kw):
+        super().__init__(params, groups, config, **kw)
         self.alpha_decay, self.decay_steps = float(alpha_decay), int(decay_steps)
 
     def alpha(self, name: str, lr_factor: float) -> float:
@@ -156,16 +210,17 @@ class ZTestRule(AbstractIntegerRule):
         thr = ztest_threshold(self.alpha(name, lr_factor))
         votes = self.votes(name, g)
         move = (votes.abs() * 16 >= thr * self.vote_scale(name)) & (votes != 0)
-        step = torch.where(move, votes.sign(), torch.zeros_like(votes)).to(torch.int16)
-        w.copy_((w.to(torch.int16) + step).clamp(-QMAX, QMAX).to(w.dtype))
-        return step
+        old = w.to(torch.int16)
+        new = (old + torch.where(move, votes.sign(), torch.zeros_like(votes)).to(torch.int16)).clamp(-QMAX, QMAX)
+        w.copy_(new.to(w.dtype))
+        return new - old
 
 
 class ThresholdSGDRule(AbstractIntegerRule):
     """acc += lr·(z − wd·θ), then the ±1 quantized apply (module docstring)."""
 
-    def __init__(self, params, groups, config):
-        super().__init__(params, groups, config)
+    def __init__(self, params, groups, config, **kw):
+        super().__init__(params, groups, config, **kw)
         self.acc = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in params.items()}
 
     def direction(self, name: str, z: Tensor) -> Tensor:
@@ -178,7 +233,7 @@ class ThresholdSGDRule(AbstractIntegerRule):
         return quantized_apply(w, acc)
 
     def state_dict(self) -> dict:
-        return {"step": self.step, "acc": {n: a.clone() for n, a in self.acc.items()}}
+        return super().state_dict() | {"acc": {n: a.clone() for n, a in self.acc.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
@@ -189,8 +244,10 @@ class ThresholdSGDRule(AbstractIntegerRule):
 class AdamWRule(ThresholdSGDRule):
     """Float moments of z drive the integer weights through the accumulator (module docstring)."""
 
-    def __init__(self, params, groups, config, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8):
-        super().__init__(params, groups, config)
+    adaptive_default = True  # d-eggs runs AdamW with ADAPTIVE_NOISE_MODE 1
+
+    def __init__(self, params, groups, config, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8, **kw):
+        super().__init__(params, groups, config, **kw)
         self.betas, self.eps = betas, eps
         self.m = {n: torch.zeros_like(a) for n, a in self.acc.items()}
         self.v = {n: torch.zeros_like(a) for n, a in self.acc.items()}
@@ -234,8 +291,8 @@ class MuonRule(AdamWRule):
     """Muon on matrices (not embeddings), AdamW on the rest (module docstring)."""
 
     def __init__(self, params, groups, config, momentum: float = 0.85, steps: int = 5,
-                 is_matrix=lambda name, p: p.dim() == 2 and "embed" not in name):
-        super().__init__(params, groups, config)
+                 is_matrix=lambda name, p: p.dim() == 2 and "embed" not in name, **kw):
+        super().__init__(params, groups, config, **kw)
         self.momentum, self.steps = momentum, steps
         self.matrices = {n for n, p in params.items() if is_matrix(n, p)}
 

@@ -1,0 +1,60 @@
+"""The int8 transformer: integer forward equals the slow token-by-token reference bit for bit."""
+import pytest
+import torch
+
+import hyperscalees as hs
+from hyperscalees.models import Int8Transformer
+from hyperscalees.models.int8_transformer import attention
+from hyperscalees.models.lm import LM_MODELS
+from hyperscalees.ops._reference import transformer_reference
+
+from int_members import member_weights
+
+
+def test_registered_and_contract():
+    assert LM_MODELS["int8-transformer"] is Int8Transformer
+    torch.manual_seed(0)
+    m = Int8Transformer(dim=16, layers=1, heads=2)
+    tok = torch.randint(0, 256, (2, 5))
+    logits, state = m(tok)
+    assert state is None and logits.shape == (2, 5, 256) and logits.dtype == torch.float32
+    assert torch.equal(logits * 6, m.int_forward(tok).float())            # one logit unit = 1/6 nat
+    assert all(p.dtype == torch.int8 for p in m.parameters())
+    with pytest.raises(ValueError, match="even head sizes"):
+        Int8Transformer(dim=12, heads=4)
+
+
+def test_causal_attention_never_reads_the_future():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randint(-127, 128, (1, 6, 8), generator=g) for _ in range(3))
+    out = attention(q, k, v, heads=2)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, 4:], v2[:, 4:] = 0, 99
+    assert torch.equal(attention(q, k2, v2, heads=2)[:, :4], out[:, :4])
+
+
+@pytest.mark.parametrize("init_mlp", [True, False])
+def test_unperturbed_forward_matches_reference(init_mlp):
+    torch.manual_seed(2)
+    m = Int8Transformer(dim=16, layers=2, heads=2, init_mlp=init_mlp)
+    tok = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(3))
+    es = hs.EGGROLL(m, population=2, groups=m.es_groups(), **m.es_defaults)
+    want = transformer_reference(*member_weights(m, es, None), tok, 2, 2, init_mlp=init_mlp)
+    got = m.int_forward(tok)
+    assert torch.equal(got, want)
+    assert len(torch.unique(got)) > 30, torch.unique(got)   # the head is not saturated or flat
+
+
+def test_population_forward_matches_each_materialized_member():
+    torch.manual_seed(4)
+    m = Int8Transformer(dim=16, layers=1, heads=2)
+    pop, rows = 4, 2
+    es = hs.EGGROLL(m, population=pop, groups=m.es_groups(), **dict(m.es_defaults, sigma=2.0**-4), seed=3)
+    tok = torch.randint(0, 256, (rows, 5), generator=torch.Generator().manual_seed(5)).repeat(pop, 1)
+    with es.perturbed():
+        y = m.int_forward(tok)
+    for i in range(pop):
+        sl = slice(i * rows, (i + 1) * rows)
+        want = transformer_reference(*member_weights(m, es, i), tok[sl], 1, 2)
+        assert torch.equal(y[sl], want), f"member {i}"
+    assert not torch.equal(y[:rows], y[rows:2 * rows])
