@@ -89,7 +89,7 @@ def model_sizes(o: LMOptions) -> dict:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return sizes
     if "ntt" in sizes and "ntt" not in params:
-        raise ValueError(f"model {o.model!r} has no ntt option (models with one: the transformer, float-gru)")
+        raise ValueError(f"model {o.model!r} has no ntt option (--ntt is an option of float-gru)")
     if "heads" in sizes and "heads" not in params:
         raise ValueError(f"model {o.model!r} has no attention heads (--heads is for transformers)")
     return {k: v for k, v in sizes.items() if k in params}
