@@ -125,7 +125,8 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     es = parser.add_argument_group("evolution strategy")
     flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
     eng = parser.add_argument_group("engine")
-    flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps")},
+    flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps"),
+                                           "eval_every": task_cls.defaults.get("eval_every", EngineConfig.eval_every)},
                                  helps=HELP, metavars=METAVARS)
     opt = parser.add_argument_group(f"{task_cls.name} options")
     for f in add_dataclass_flags(opt, task_cls.Options, "options", choices=OPTION_CHOICES, helps=HELP):

@@ -129,5 +129,7 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
         raise ValueError(f"unknown ES setting(s) {bad}; choose from {sorted(es_fields)}")
     if engine.get("steps") is None:
         engine["steps"] = task_cls.defaults.get("steps", EngineConfig.steps)
+    if engine.get("eval_every") is None and "eval_every" in task_cls.defaults:
+        engine["eval_every"] = task_cls.defaults["eval_every"]
     return TrainConfig(task=task, strategy=strategy, es=ESConfig(**es), engine=EngineConfig(**engine),
                        options=options)
