@@ -44,6 +44,10 @@ def test_arch_prints_the_parameter_table(capsys):
     assert d["total"] == 2048 + 32 + 432 + 416 + 16 + 2304
     assert main(["arch", "float-gru"]) == 0
     assert "total" in capsys.readouterr().out
+    assert main(["arch", "egg", "--hidden", "8", "--layers", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["total"] == 513 * 8 + 1 * (4 * 8 + 12 * 8 * 8)      # nano-egg's count: 513·D + l·(4D + 12D²)
+    assert {p["dtype"] for p in d["parameters"]} == {"int8"}
 
 
 def test_budget_minutes_sets_the_time_budget():

@@ -10,6 +10,7 @@ import argparse
 import math
 
 from ..models.lm import LM_MODELS, build_lm
+from ..tasks.lm.task import lm_sizes
 from .base import fail, json_line
 
 PROG = "hyperscalees arch"
@@ -33,10 +34,8 @@ def table(model) -> list[tuple[str, tuple[int, ...], str, int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    sizes = {"hidden": args.hidden, "layers": args.layers, "max_len": args.window}
-    if args.heads:
-        sizes["heads"] = args.heads
     try:
+        sizes = lm_sizes(args.model, args.hidden, args.layers, args.window, args.heads)
         model = build_lm(args.model, args.vocab, **sizes)
     except (ValueError, TypeError) as e:
         return fail(PROG, str(e))

@@ -82,20 +82,26 @@ class LMOptions:
 
 
 def model_sizes(o: LMOptions) -> dict:
-    """The size keyword arguments of ``o.model``'s builder: width (``hidden`` or ``dim``), layers,
+    return lm_sizes(o.model, o.hidden, o.layers, o.window, o.heads, o.ntt)
+
+
+def lm_sizes(model: str, hidden: int, layers: int, window: int, heads: int = 0, ntt: str = "none") -> dict:
+    """The size keyword arguments of ``model``'s builder: width (``hidden`` or ``dim``), layers,
     context (``max_len``/``seq_len``), heads and ntt, each passed only where the builder takes it."""
-    sizes = {"hidden": o.hidden, "dim": o.hidden, "layers": o.layers, "max_len": o.window, "seq_len": o.window}
-    if o.heads:
-        sizes["heads"] = o.heads
-    if o.ntt != "none":
-        sizes["ntt"] = o.ntt
-    params = inspect.signature(LM_MODELS[o.model]).parameters
+    if model not in LM_MODELS:
+        raise ValueError(f"unknown language model {model!r}; choose one of {sorted(LM_MODELS)}")
+    sizes = {"hidden": hidden, "dim": hidden, "layers": layers, "max_len": window, "seq_len": window}
+    if heads:
+        sizes["heads"] = heads
+    if ntt != "none":
+        sizes["ntt"] = ntt
+    params = inspect.signature(LM_MODELS[model]).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return sizes
     if "ntt" in sizes and "ntt" not in params:
-        raise ValueError(f"model {o.model!r} has no ntt option (--ntt is an option of float-gru)")
+        raise ValueError(f"model {model!r} has no ntt option (--ntt is an option of float-gru)")
     if "heads" in sizes and "heads" not in params:
-        raise ValueError(f"model {o.model!r} has no attention heads (--heads is for transformers)")
+        raise ValueError(f"model {model!r} has no attention heads (--heads is for transformers)")
     return {k: v for k, v in sizes.items() if k in params}
 
 
