@@ -20,7 +20,7 @@ def read_curve(run_dir: Path) -> dict:
     ev = [r for r in rows if r.get("val_bpb") is not None]
     if not ev:
         raise SystemExit(f"{run_dir}: no evaluated rows (val_bpb) in metrics.jsonl")
-    return {"time": [r["time"] for r in ev], "val_bpb": [r["val_bpb"] for r in ev], "step": [r["step"] for r in ev],
+    return {"time": [r["time"] for r in ev], "val_bpb": [r["val_bpb"] for r in ev], "step": [r.get("step") for r in ev],
             "bigram_bpb": ev[-1]["bigram_bpb"], "unigram_bpb": ev[-1]["unigram_bpb"]}
 
 
@@ -54,7 +54,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(curves, indent=1) + "\n")
     for label, c in curves.items():
         print(f"{label:<28} final val_bpb {c['val_bpb'][-1]:.4f} after {c['time'][-1] / 60:.1f} min, "
-              f"{c['step'][-1]} steps")
+              f"{c['step'][-1] if c['step'][-1] is not None else len(c['step'])} {'steps' if c['step'][-1] is not None else 'evaluations'}")
 
 
 if __name__ == "__main__":

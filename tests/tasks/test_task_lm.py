@@ -6,7 +6,7 @@ import torch
 
 import hyperscalees as hs
 from hyperscalees.distributed import LocalBackend
-from hyperscalees.engine import load_checkpoint, load_run, make_config, run
+from hyperscalees.engine import load_checkpoint, load_run, make_config, read_rows, run
 from hyperscalees.models.lm import AbstractLM
 from hyperscalees.tasks import get_task
 from hyperscalees.tasks.lm.data import DataError, is_validation_file, load_corpus, stdlib_corpus, write_token_data
@@ -166,11 +166,17 @@ def test_resume_is_bit_identical(tmp_path):
     assert sa["start_step"] == sb["start_step"] == 4 and torch.equal(sa["state"][0], sb["state"][0])
 
 
-def test_backprop_reference_learns(text_file):
+def test_backprop_reference_learns(text_file, tmp_path):
     from hyperscalees.engine.backprop import run_backprop
     cfg = make_config("lm", engine={"steps": 40, "eval_every": 40}, options={**SMALL, "data": str(text_file)})
     s = run_backprop(cfg, lr=0.01)
     assert s["steps"] == 40 and s["metrics"]["val_bpb"] < s["metrics"]["unigram_bpb"]
+    out = tmp_path / "adam"
+    cfg = make_config("lm", engine={"steps": 4, "eval_every": 2, "out": str(out)}, options={**SMALL, "data": str(text_file)})
+    run_backprop(cfg, lr=0.01)
+    rows = [r for r in read_rows(out / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and "val_bpb" in rows[1]
+    assert load_run(out)[3] == 4                                # eval/generate read its checkpoint
 
 
 def test_generation_is_seeded_and_respects_min_p():

@@ -65,7 +65,7 @@ def run_backprop(cfg: TrainConfig, lr: float) -> dict:
             step += 1
             step_time = time.perf_counter() - ts
             out_of_time = eng.time_budget is not None and time.perf_counter() - t0 + step_time > eng.time_budget
-            row = {"loss": float(loss.detach()), "time": round(time.perf_counter() - t0, 4)}
+            row = {"step": step, "loss": float(loss.detach()), "time": round(time.perf_counter() - t0, 4)}
             if not math.isfinite(row["loss"]):
                 raise RuntimeError(f"the loss became non-finite at step {step}; try a smaller --lr")
             if step % eng.eval_every == 0 or step >= eng.steps or out_of_time:
