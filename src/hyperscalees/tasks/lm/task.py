@@ -257,6 +257,7 @@ class LMTask(AbstractTask):
             nbytes += float(self.token_bytes[y].sum())
             count += y.numel()
         base = self.baselines()
+        self.target = base["bigram_bpb"]      # "solved": below the bigram baseline of the same targets
         out = {"val_bpb": bits / max(nbytes, 1.0), **{k: base[k] for k in ("bigram_bpb", "unigram_bpb")}}
         if not self.corpus.is_bytes:
             out.update(val_bpt=bits / max(count, 1), bigram_bpt=base["bigram_bpt"], unigram_bpt=base["unigram_bpt"])
