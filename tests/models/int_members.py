@@ -33,8 +33,12 @@ def member_weights(model, es, i: int | None) -> tuple[dict, dict]:
             else:
                 eps = (eps * f_row).trunc()
         k, sign = shift_of(store.scale(name)), int(n.signs[0, i % 2])
-        if spec.mode == ESMode.MM_PARAM:
+        if spec.mode == ESMode.MM_PARAM and not n.lowrank:    # OpenES: dense ε in fixed point
+            member[name] = p.to(torch.int64) * 2**max(k, 0) + sign * eps[0].to(torch.int64) * 2**max(-k, 0)
+        elif spec.mode == ESMode.MM_PARAM:
             member[name] = int_member_matrix(p, a[0], b[0], sign, k)
+        elif spec.mode == ESMode.EMB_PARAM and not n.lowrank:
+            member[name] = int_member_vector(p, eps[0], sign, k)
         elif spec.mode == ESMode.EMB_PARAM:           # looked up per element; as a tied head, in fixed point
             member[name] = int_member_table(p, a[0], b[0], sign, k)
             member[name + "#head"], shifts[name + "#head"] = int_member_matrix(p, a[0], b[0], sign, k), max(k, 0)

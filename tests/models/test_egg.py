@@ -108,3 +108,18 @@ def test_adaptive_noise_overlays_reach_the_forward_exactly():
         sl = slice(i * rows, (i + 1) * rows)
         ref_y, ref_s = egg_reference(*member_weights(m, es, i), tok[sl], state[sl], 1, 16)
         assert torch.equal(y[sl].to(torch.int64), ref_y) and torch.equal(s[sl].to(torch.int64), ref_s)
+
+
+def test_openes_dense_integer_noise_matches_members():
+    """Full-rank integer noise (OpenES) through the same layers: each member equals its materialized weights."""
+    torch.manual_seed(7)
+    m = Egg(dim=8, layers=1)
+    pop, rows = 4, 1
+    es = hs.OpenES(m, population=pop, groups=m.es_groups(), **dict(m.es_defaults, sigma=2.0**-4), seed=5)
+    tok = tokens_with_resets(rows, 4, 3).repeat(pop, 1)
+    state = random_state(rows * pop, 1, 8, 4)
+    with es.perturbed():
+        y, _ = m.int_forward(tok, state)
+    for i in range(pop):
+        ref_y, _ = egg_reference(*member_weights(m, es, i), tok[i:i + 1], state[i:i + 1], 1, 8)
+        assert torch.equal(y[i:i + 1].to(torch.int64), ref_y), f"member {i}"

@@ -176,3 +176,11 @@ def test_adaptive_noise_overlays_by_hand():
     for _ in range(40):
         rule.update_overlay("w", big)
     assert int(rule.overlays["w"][0].max()) == 127                            # clamped
+
+
+def test_integer_weights_keep_an_fp32_update_gemm_on_cuda():
+    """auto picks TF32 for float weights on CUDA; integer weights keep fp32 so the votes stay exact."""
+    from hyperscalees.ops.precision import resolve_precision
+    cuda = torch.device("cuda")
+    assert resolve_precision("auto", torch.float32, cuda) == "tf32"
+    assert resolve_precision("auto", torch.int8, cuda) == "fp32"

@@ -48,21 +48,24 @@ class EggBlock(nn.Module):
     def forward(self, x: Tensor, state: Tensor, reset: Tensor) -> tuple[Tensor, Tensor]:
         """x (B, T, D) int8, state (B, D) int8, reset (B, T) bool -> (x, last state)."""
         xn = self.norm1(x)
-        fx = self.bias_f(self.wf(xn))                                 # (B, T, D) int64, bias added once
+        fx = self.bias_f(self.wf(xn))                                 # (B, T, D), bias added once
         hx = self.bias_h(self.wh(xn))
-        s = state.to(torch.int64)
+        # the recurrence in integer-valued float32: every value below 254·254 < 2^24, so exact;
+        # floor(v / 256) is the arithmetic shift v >> 8
+        s = state.to(torch.float32)
+        keep = (~reset).to(torch.float32)
         outs = []
         for t in range(x.shape[1]):
-            s = torch.where(reset[:, t, None], torch.zeros_like(s), s)
-            f = (fx[:, t] + self.uf(clip8(s))).clamp(-QMAX, QMAX)
+            s = s * keep[:, t, None]                                  # byte 0: the state restarts at 0
+            f = (fx[:, t] + self.uf(s)).clamp(-QMAX, QMAX)
             gate = f + QMAX                                           # [0, 254]
-            g = (gate * s) >> 8
-            h = (hx[:, t] + self.uh(clip8(g))).clamp(-QMAX, QMAX)
-            s = s + ((gate * (h - s)) >> 8)
+            g = torch.floor(gate * s / 256)
+            h = (hx[:, t] + self.uh(g)).clamp(-QMAX, QMAX)
+            s = s + torch.floor(gate * (h - s) / 256)
             outs.append(s)
         states = clip8(torch.stack(outs, dim=1))                     # already in range: the cast is exact
-        x = clip8(x.to(torch.int64) + states)
-        x = clip8(x.to(torch.int64) + self.down(self.up(self.norm2(x))))
+        x = clip8(x.to(torch.float32) + states)
+        x = clip8(x.to(torch.float32) + self.down(self.up(self.norm2(x))))
         return x, states[:, -1]
 
 

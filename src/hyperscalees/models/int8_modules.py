@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..ops.int8 import QMAX, clip8, egg_divisor, floor_div, int_matmul, mean_abs_norm
+from ..ops.int8 import QMAX, acc_dtype, clip8, egg_divisor, floor_div_float_, matmul_acc, mean_abs_norm
 
 _ROUNDINGS = ("floor", "trunc")
 
@@ -51,6 +51,18 @@ def vector_groups(model: nn.Module, sigma_scale: float = 16.0) -> list[dict]:
     return [{"params": names, "sigma_scale": sigma_scale, "name": "vectors"}] if names else []
 
 
+def float_weight(module: nn.Module) -> Tensor:
+    """``module.weight`` as the float dtype its dot products are exact in, converted once per weight
+    version (the recurrent matrices are called every token; the rules bump the version on update)."""
+    w = module.weight
+    key = (w.data_ptr(), w._version, w.device)
+    cached = module.__dict__.get("_float_weight")
+    if cached is None or cached[0] != key:
+        cached = (key, w.to(acc_dtype(w.shape[1])))
+        module.__dict__["_float_weight"] = cached
+    return cached[1]
+
+
 def _check_divisor(divisor: int) -> int:
     if not isinstance(divisor, int) or divisor < 1:
         raise ValueError(f"divisor must be an integer >= 1, got {divisor!r}")
@@ -76,14 +88,15 @@ class Int8Linear(nn.Module):
         self.saturate = saturate
 
     def finish(self, acc: Tensor, bias: Tensor | None) -> Tensor:
-        """Accumulator (int64) -> output; ``bias`` (out,) or per member, broadcast against acc."""
-        y = floor_div(acc, self.divisor)
+        """Exact accumulator (integer-valued floats, consumed) -> int8 output (int64 unsaturated);
+        ``bias`` (out,) or per member, broadcast against acc."""
+        y = floor_div_float_(acc, self.divisor)
         if bias is not None:
-            y = y + bias.to(torch.int64)
-        return clip8(y) if self.saturate else y
+            y = y.add_(bias.to(y.dtype))
+        return clip8(y) if self.saturate else y.to(torch.int64)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.finish(int_matmul(x, self.weight), self.bias)
+        return self.finish(matmul_acc(x, float_weight(self)), self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.fan_in} -> {self.fan_out}, divisor={self.divisor}, saturate={self.saturate}"
@@ -103,12 +116,12 @@ class Int8Embedding(nn.Module):
 
     def forward(self, x: Tensor, head: bool = False) -> Tensor:
         if head:
-            return floor_div(int_matmul(x, self.weight), self.head_divisor)
+            return floor_div_float_(matmul_acc(x, float_weight(self)), self.head_divisor).to(torch.int64)
         return self.weight[x]
 
 
 class Int8Bias(nn.Module):
-    """acc + b in int64 (no saturation: the caller sums, then clips)."""
+    """acc + b as integer-valued float32 (no saturation: the caller sums, then clips)."""
 
     hs_layer = "int8_bias"
 
@@ -117,7 +130,7 @@ class Int8Bias(nn.Module):
         self.weight = int8_parameter(n, fill=0)
 
     def forward(self, acc: Tensor) -> Tensor:
-        return acc.to(torch.int64) + self.weight.to(torch.int64)
+        return acc.to(torch.float32) + self.weight.to(torch.float32)
 
 
 class Int8Norm(nn.Module):
@@ -138,10 +151,10 @@ class Int8Norm(nn.Module):
         self.bias = int8_parameter(dim, fill=0) if bias else None
 
     def finish(self, x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-        return clip8(mean_abs_norm(x, w.to(torch.int64), None if b is None else b.to(torch.int64), self.rounding))
+        return clip8(mean_abs_norm(x, w.to(torch.float32), None if b is None else b.to(torch.float32), self.rounding))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.finish(x, self.weight, self.bias)
 
 
-__all__ = ["INITS", "Int8Bias", "Int8Embedding", "Int8Linear", "Int8Norm", "int8_parameter", "vector_groups"]
+__all__ = ["INITS", "float_weight", "Int8Bias", "Int8Embedding", "Int8Linear", "Int8Norm", "int8_parameter", "vector_groups"]

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from ..ops.int8 import (EXP_STEPS_PER_NAT, clip8, egg_divisor, exp_lut, float32_is_exact, gelu_int8,
-                        maxabs_requantize, rope, rope_tables, trunc_div)
+                        maxabs_requantize, rope, rope_tables)
 from .int8_modules import Int8Bias, Int8Embedding, Int8Linear, Int8Norm, vector_groups
 from .lm import AbstractLM, register_lm
 
@@ -77,14 +77,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, heads: int) -> Tensor:
     hd = d // heads
     split = lambda z: z.view(b, t, heads, hd).transpose(1, 2)                   # (B, H, T, hd)
     qh, kh, vh = split(q), split(k), split(v)
-    exact = torch.float32 if float32_is_exact(hd) else torch.float64            # q·k sums: < 2^24 for hd <= 1040
-    scores = (qh.to(exact) @ kh.to(exact).transpose(-1, -2)).to(torch.int64)    # (B, H, T, T)
+    # integer-valued floats throughout: q·k sums < 2^24 (float32) for hd <= 1040; the weighted
+    # sums < 2^18·127·T, far below 2^53 (float64); floor/trunc of their quotients are exact
+    exact = torch.float32 if float32_is_exact(hd) else torch.float64
+    scores = torch.floor((qh.to(exact) @ kh.to(exact).transpose(-1, -2)) / 2**ATTN_SHIFT)  # (B, H, T, T): s >> 8
     causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-    top = scores.masked_fill(~causal, torch.iinfo(torch.int64).min).amax(dim=-1, keepdim=True)
-    idx = ((top >> ATTN_SHIFT) - (scores >> ATTN_SHIFT)).clamp(0, 255)
-    w = exp_lut(q.device)[idx] * causal                                          # (B, H, T, T), <= 2^18
-    num = (w.to(torch.float64) @ vh.to(torch.float64)).to(torch.int64)          # exact: < 2^18·127·T << 2^53
-    out = clip8(trunc_div(num, w.sum(dim=-1, keepdim=True)))
+    top = scores.masked_fill(~causal, -float(2**30)).amax(dim=-1, keepdim=True)
+    idx = (top - scores).clamp_(0, 255).to(torch.int64)
+    w = torch.take(exp_lut(q.device).to(torch.float64), idx).mul_(causal)       # (B, H, T, T), <= 2^18
+    num = w @ vh.to(torch.float64)
+    out = clip8(torch.trunc(num / w.sum(dim=-1, keepdim=True)))
     return out.transpose(1, 2).reshape(b, t, d)
 
 
@@ -105,8 +107,8 @@ class Int8TransformerBlock(nn.Module):
         q = maxabs_requantize(roped(self.q(h)))
         k = maxabs_requantize(roped(self.k(h)))
         v = maxabs_requantize(self.v(h))
-        x = maxabs_requantize(x.to(torch.int64) + self.o(attention(q, k, v, self.heads)))
-        return maxabs_requantize(x.to(torch.int64) + self.mlp(x))
+        x = maxabs_requantize(self.o(attention(q, k, v, self.heads)).to(torch.float64).add_(x))
+        return maxabs_requantize(self.mlp(x).to(torch.float64).add_(x))
 
 
 @register_lm("int8-transformer")
@@ -139,7 +141,7 @@ class Int8Transformer(AbstractLM):
         cos, sin = rope_tables(tokens.shape[1], self.dim // self.heads, self.rope_base, tokens.device)
         x = clip8(self.embed_bias(self.embed(tokens)))
         if self.init_mlp is not None:
-            x = maxabs_requantize(x.to(torch.int64) + self.init_mlp(x))
+            x = maxabs_requantize(self.init_mlp(x).to(torch.float64).add_(x))
         for block in self.blocks:
             x = block(x, cos, sin)
         return self.embed(self.norm_out(x), head=True)

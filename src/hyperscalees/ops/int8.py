@@ -11,12 +11,19 @@ Everything here is a pure function of integer tensors; every rounding is named:
 
 Saturation is to [-127, 127]; -128 is never produced (:data:`QMAX`).
 
-**Matmuls** accumulate exactly (:func:`int_matmul`). On a CPU int8 x int8 products are summed
-in float32, which is exact while every partial sum stays below 2^24: |x|, |w| <= 127 bound a
-sum of ``fan_in`` products by fan_in * 127^2, so float32 is used for fan_in <= 1040
-(:data:`FLOAT32_EXACT_FAN_IN`; 1040 * 127^2 = 16,774,160 < 2^24 = 16,777,216) and float64
-above. On CUDA ``torch._int_mm`` (int8 x int8 -> int32) runs where its shape rules allow,
-float64 elsewhere. (The CUDA path is written device-agnostically; CI has no GPU.)
+**Integer-valued floats.** The fast paths hold integers in float tensors, because CPU float
+kernels are several times faster than int64 ones (an int64 division cost 5 ms per call here).
+Float arithmetic on integers is exact while every value stays below 2^24 (float32) or 2^53
+(float64), and ``floor(fl(a / d))`` equals the integer floor division for |a| < 2^24 (float32)
+or 2^53 (float64): a non-integer a/d is at least 1/d from the next integer, more than the
+rounding error |a/d|·2^-24. Each function states its bound.
+
+**Matmuls** accumulate exactly (:func:`matmul_acc`, :func:`int_matmul`). On a CPU int8 x int8
+products are summed in float32, which is exact while every partial sum stays below 2^24:
+|x|, |w| <= 127 bound a sum of ``fan_in`` products by fan_in * 127^2, so float32 is used for
+fan_in <= 1040 (:data:`FLOAT32_EXACT_FAN_IN`; 1040 * 127^2 = 16,774,160 < 2^24 = 16,777,216)
+and float64 above. On CUDA ``torch._int_mm`` (int8 x int8 -> int32) runs where its shape
+rules allow. (The CUDA path is written device-agnostically but not measured: no GPU here.)
 
 **Perturbations** of an integer matrix follow EGGROLL: member i's accumulator is
 ``x Wᵀ + round_shift(s_i (x B) Aᵀ, k)`` -- the shared int8 GEMM plus a per-member low-rank
@@ -55,6 +62,29 @@ def check_int8_range(x: Tensor, what: str) -> None:
 def float32_is_exact(fan_in: int) -> bool:
     """True when any sum of ``fan_in`` int8 x int8 products is exact in float32 (< 2^24)."""
     return fan_in * QMAX * QMAX < 2**24
+
+
+def acc_dtype(fan_in: int) -> torch.dtype:
+    """The float dtype that holds ``fan_in``-long int8 dot products exactly."""
+    return torch.float32 if float32_is_exact(fan_in) else torch.float64
+
+
+def matmul_acc(x: Tensor, w: Tensor) -> Tensor:
+    """Exact x Wᵀ as integer-valued floats (:func:`acc_dtype`), x (..., in) int8-valued (any dtype),
+    ``w`` (out, in) int8 or already that float dtype. On CUDA: ``torch._int_mm`` where it applies."""
+    fan_in = w.shape[1]
+    dtype = acc_dtype(fan_in)
+    x2 = x.reshape(-1, fan_in)
+    if x2.is_cuda and _int_mm_ok(x2, w):
+        out = torch._int_mm(x2.to(torch.int8), w.to(torch.int8).T.contiguous()).to(dtype)
+    else:
+        out = x2.to(dtype) @ w.to(dtype).T
+    return out.view(*x.shape[:-1], w.shape[0])
+
+
+def floor_div_float_(acc: Tensor, d: int) -> Tensor:
+    """floor(acc / d) of integer-valued floats, in place: exact for |acc| < 2^24 (float32) or 2^53 (float64)."""
+    return acc.div_(d).floor_()
 
 
 def _int_mm_ok(x2: Tensor, w: Tensor) -> bool:
@@ -129,18 +159,30 @@ def shift_of(scale: float, what: str = "noise") -> int:
     return k
 
 
-def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int) -> Tensor:
-    """round_shift(s_i (x B_i) A_iᵀ, k) per member: x (P·R.., in) -> int64 (P·R.., out).
+def round_shift_float_(z: Tensor, k: int) -> Tensor:
+    """:func:`round_shift` of integer-valued float64, in place: floor((z + 2^(k-1))·2^-k), exact for |z| < 2^52."""
+    if k <= 0:
+        return z if k == 0 else z.mul_(float(1 << -k))
+    return z.add_(float(1 << (k - 1))).mul_(2.0**-k).floor_()
 
-    a (K, out, r), b (K, in, r) integer-valued, signs (K, 2). Float64 is exact here:
-    |x B| <= in·127·max|B| and the products stay far below 2^53 for any int8-scale noise.
+
+def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: float = float("inf")) -> Tensor:
+    """round_shift(s_i (x B_i) A_iᵀ, k) per member: x (P·R.., in) -> float64 integers (P·R.., out).
+
+    a (K, out, r), b (K, in, r) integer-valued, signs (K, 2). x B is summed in float32 when
+    in·127·``b_max`` < 2^24 (``b_max`` bounds |B|), else float64; the rest is float64, exact:
+    the products stay far below 2^52 for any int8-scale noise.
     """
     kp, fan_in = a.shape[0], x.shape[-1]
-    xk = x.reshape(kp, 2, -1, fan_in).to(torch.float64)                      # (K, 2, R, in)
-    u = xk @ b.to(torch.float64).unsqueeze(1)                                # (K, 2, R, r)
-    u = u * signs.to(torch.float64).view(kp, 2, 1, 1)
-    z = u @ a.to(torch.float64).transpose(1, 2).unsqueeze(1)                 # (K, 2, R, out)
-    return round_shift(z.to(torch.int64), k).view(*x.shape[:-1], a.shape[1])
+    dtype = torch.float32 if fan_in * QMAX * b_max < 2**24 else torch.float64
+    xk = x.reshape(kp, 2, -1, fan_in).to(dtype)                              # (K, 2, R, in)
+    u = (xk @ b.to(dtype).unsqueeze(1)).to(torch.float64)                    # (K, 2, R, r)
+    u.mul_(signs.to(torch.float64).view(kp, 2, 1, 1))
+    if a.shape[-1] == 1:                                                     # rank 1: an outer product
+        z = u * a.to(torch.float64).view(kp, 1, 1, -1)
+    else:
+        z = u @ a.to(torch.float64).transpose(1, 2).unsqueeze(1)             # (K, 2, R, out)
+    return round_shift_float_(z, k).view(*x.shape[:-1], a.shape[1])
 
 
 def member_vector(v: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:
@@ -153,15 +195,18 @@ def member_vector(v: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:
 def mean_abs_norm(x: Tensor, w: Tensor, b: Tensor | None = None, rounding: str = "floor") -> Tensor:
     """The integer "layernorm": no centring, divide by the mean |x| (guarded against 0).
 
-    m = max(floor(Σ|x| / D), 1); out = clip(div(x·w, m) (+ b)), div flooring (nano-egg's EGG_LN)
-    or truncating (d-eggs). nano-egg's table row for m = 0 holds XLA's divide-by-zero garbage;
-    here m = 0 (an input whose mean |x| is below 1, e.g. all zeros) divides by 1.
-    ``w``/``b`` broadcast: (D,) or per member (K, 2, 1, D) against x viewed as (K, 2, R, D).
+    m = max(floor(Σ|x| / D), 1); out = div(x·w, m) (+ b), div flooring (nano-egg's EGG_LN) or
+    truncating (d-eggs); the caller clips. nano-egg's table row for m = 0 holds XLA's
+    divide-by-zero garbage; here m = 0 (an input whose mean |x| is below 1, e.g. all zeros)
+    divides by 1. ``w``/``b`` broadcast: (D,) or per member (K, 2, 1, D) against x viewed as
+    (K, 2, R, D). In float32, exact: Σ|x| <= 127·D < 2^24 (D < 132,000) and |x·w| <= 127².
     """
-    xi = x.to(torch.int64)
-    m = (xi.abs().sum(dim=-1, keepdim=True) // x.shape[-1]).clamp_min(1)
-    div = floor_div if rounding == "floor" else trunc_div
-    out = div(xi * w, m)
+    if x.shape[-1] * QMAX >= 2**24:
+        raise ValueError(f"mean_abs_norm: width {x.shape[-1]} would make float32 sums inexact")
+    xf = x.to(torch.float32)
+    m = torch.floor(xf.abs().sum(dim=-1, keepdim=True) / x.shape[-1]).clamp_min(1)
+    q = (xf * w) / m
+    out = torch.floor(q) if rounding == "floor" else torch.trunc(q)
     return out if b is None else out + b
 
 
@@ -170,10 +215,12 @@ def maxabs_requantize(v: Tensor) -> Tensor:
 
     d-eggs computes this in float32 (with max + 1e-9); here it is exact integer arithmetic,
     so it can differ from d-eggs where float32 rounding flips a half. An all-zero vector stays 0.
+    Computed as floor((2·127·|v| + M) / 2M) in float64: exact for |v| < 2^44.
     """
-    vi = v.to(torch.int64)
-    m = vi.abs().amax(dim=-1, keepdim=True)
-    return clip8(torch.where(m > 0, div_round_half_away(vi * QMAX, m.clamp_min(1)), torch.zeros_like(vi)))
+    a = v.to(torch.float64).abs()
+    m = a.amax(dim=-1, keepdim=True).clamp_min(1)                  # all zeros: 0 / 1 -> 0
+    q = a.mul_(2 * QMAX).add_(m).div_(2 * m).floor_()
+    return clip8(q.copysign_(v.to(torch.float64)))
 
 
 # -- lookup tables (built once from Python floats: identical on every device) -------------------
@@ -237,17 +284,19 @@ def rope_tables(positions: int, head_dim: int, base: float = 10000.0, device=Non
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate pairs (2i, 2i+1) of x (..., T, head_dim) in fixed point, rounding half up (+2^19 >> 20).
 
-    cos/sin (T, head_dim/2) in 2^-20 units; int64 throughout, as d-eggs.
+    cos/sin (T, head_dim/2) in 2^-20 units. d-eggs uses int64; here integer-valued float64,
+    exact while |x| < 2^31 (products below 2^52), and returns float64 integers.
     """
-    xi = x.to(torch.int64)
-    even, odd = xi[..., 0::2], xi[..., 1::2]
-    half = 1 << (ROPE_BITS - 1)
-    re = (even * cos - odd * sin + half) >> ROPE_BITS
-    ro = (even * sin + odd * cos + half) >> ROPE_BITS
+    xf = x.to(torch.float64)
+    c, s_ = cos.to(torch.float64), sin.to(torch.float64)
+    even, odd = xf[..., 0::2], xf[..., 1::2]
+    half, scale = float(1 << (ROPE_BITS - 1)), 2.0**-ROPE_BITS
+    re = (even * c - odd * s_ + half).mul_(scale).floor_()
+    ro = (even * s_ + odd * c + half).mul_(scale).floor_()
     return torch.stack([re, ro], dim=-1).flatten(-2)
 
 
-__all__ = ["EXP_SCALE_BITS", "EXP_STEPS_PER_NAT", "FIXED_POINT", "FLOAT32_EXACT_FAN_IN", "QMAX", "clip8",
-           "div_round_half_away", "egg_divisor", "exp_lut", "float32_is_exact", "floor_div", "gelu_int8", "gelu_lut",
-           "int_matmul", "lowrank_term", "maxabs_requantize", "mean_abs_norm", "member_vector", "rope",
-           "rope_tables", "round_shift", "shift_of", "trunc_div"]
+__all__ = ["EXP_SCALE_BITS", "EXP_STEPS_PER_NAT", "FIXED_POINT", "FLOAT32_EXACT_FAN_IN", "QMAX", "acc_dtype", "clip8",
+           "div_round_half_away", "egg_divisor", "exp_lut", "float32_is_exact", "floor_div", "floor_div_float_",
+           "gelu_int8", "gelu_lut", "int_matmul", "lowrank_term", "matmul_acc", "maxabs_requantize", "mean_abs_norm",
+           "member_vector", "rope", "rope_tables", "round_shift", "round_shift_float_", "shift_of", "trunc_div"]

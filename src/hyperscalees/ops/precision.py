@@ -33,7 +33,7 @@ def resolve_precision(name: str, param_dtype: torch.dtype, device: torch.device)
     check_precision(name)
     if name != "auto":
         return name
-    if device.type != "cuda":
+    if device.type != "cuda" or not param_dtype.is_floating_point:  # integer weights: votes must stay exact
         return "fp32"
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(param_dtype, "tf32")
 

@@ -145,7 +145,7 @@ class AbstractStrategy:
         """Apply the update of ``pop`` from shaped fitness (what every replica runs)."""
         self._check_pop(pop)
         store = self.store(pop)
-        self.rule.prepare(pop, {n: coefficient(store, n) for n in self.trainable})
+        self.rule.prepare(pop, {n: coefficient(store, n) for n in self.trainable}, self.lowrank)
         grads = self.estimate(pop, shaped, consume=True)
         self._store = None
         grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads.values()]))
@@ -153,7 +153,7 @@ class AbstractStrategy:
         self.rule.apply(grads, factor)
         self.step += 1
         return StepMetrics({"step": self.step, "grad_norm": grad_norm, "sigma": pop.sigma,
-                            "lr": self.rule.lrs(self.lr_factor(self.step))[0]})
+                            "lr": self.rule.lrs(self.lr_factor(self.step))[0], **self.rule.metrics()})
 
     def gradient_estimate(self, fitness, pop: Population | None = None, weights=None) -> dict[str, Tensor]:
         """Raw ES estimate ĝ = (1/(Nσ)) Σ f_i ε_i of ∇ E[fitness], per parameter name; no update."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ...noise.distributions import INTEGER_DISTRIBUTIONS
+from ...noise.distributions import INTEGER_DISTRIBUTIONS, INTEGER_MAX
 from ...noise.draw import Noise
-from ...ops.int8 import clip8, int_matmul, lowrank_term, member_vector, round_shift, shift_of
+from ...ops.int8 import acc_dtype, clip8, floor_div_float_, lowrank_term, matmul_acc, member_vector, round_shift_float_, shift_of
 from .base import AbstractLayer, PopulationContext
 
 
@@ -66,12 +66,26 @@ def dense_term(x: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:
     kp, fan_in = eps.shape[0], x.shape[-1]
     xk = x.reshape(kp, 2, -1, fan_in).to(torch.float64) * signs.to(torch.float64).view(kp, 2, 1, 1)
     z = xk @ eps.to(torch.float64).transpose(1, 2).unsqueeze(1)               # (K, 2, R, out)
-    return round_shift(z.to(torch.int64), k).view(*x.shape[:-1], eps.shape[1])
+    return round_shift_float_(z, k).view(*x.shape[:-1], eps.shape[1])
+
+
+def weight_once(module: nn.Module):
+    """The module's weight in its exact float dtype, converted on first use within one perturbed block
+    (weights do not change inside it; a recurrent matrix is called every token)."""
+    held = []
+
+    def get() -> Tensor:
+        if not held:
+            held.append(module.weight.to(acc_dtype(module.weight.shape[1])))
+        return held[0]
+    return get
 
 
 def matrix_term(ctx: PopulationContext, x: Tensor, name: str) -> Tensor:
     n, k = int_noise(ctx, name)
-    return lowrank_term(x, n.a, n.b, n.signs, k) if n.lowrank else dense_term(x, n.eps, n.signs, k)
+    if n.lowrank:
+        return lowrank_term(x, n.a, n.b, n.signs, k, b_max=INTEGER_MAX[ctx.pop.distribution])
+    return dense_term(x, n.eps, n.signs, k)
 
 
 def per_member(ctx: PopulationContext, v: Tensor | None, name: str | None) -> Tensor | None:
@@ -96,12 +110,13 @@ class Int8LinearLayer(AbstractLayer):
 
     def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
         wname, bname = active.get("weight"), active.get("bias")
+        weight = weight_once(module)
 
         def forward(x):
             ctx.check_rows(x, "Int8Linear")
-            acc = int_matmul(x, module.weight)
+            acc = matmul_acc(x, weight())
             if wname is not None:
-                acc = acc + matrix_term(ctx, x, wname)
+                acc = matrix_term(ctx, x, wname).add_(acc)                      # float64: exact below 2^53
             bias = per_member(ctx, module.bias, bname)
             return module.finish(by_member(ctx, acc), bias).view(acc.shape)
         return forward
@@ -117,20 +132,21 @@ class Int8EmbeddingLayer(AbstractLayer):
     def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
         name = active["weight"]
         base = type(module).forward
+        weight = weight_once(module)
 
         def forward(x, head=False):
             ctx.check_rows(x, "Int8Embedding")
             if head:
-                acc = int_matmul(x, module.weight) + matrix_term(ctx, x, name)
-                return torch.div(acc, module.head_divisor, rounding_mode="floor")
-            y = base(module, x).to(torch.int64)                                   # (P·R, T.., D)
+                acc = matrix_term(ctx, x, name).add_(matmul_acc(x, weight()))
+                return floor_div_float_(acc, module.head_divisor).to(torch.int64)
+            y = base(module, x).to(torch.float64)                                 # (P·R, T.., D)
             n, k = int_noise(ctx, name, x.reshape(ctx.k, -1))
             if n.lowrank:
                 z = (n.a.to(torch.float64) @ n.b.to(torch.float64).transpose(1, 2))  # (K, 2·R·T, D)
             else:
                 z = n.eps.to(torch.float64)
             z = z.view(ctx.k, 2, -1, y.shape[-1]) * n.signs.to(torch.float64).view(ctx.k, 2, 1, 1)
-            return clip8(y + round_shift(z.to(torch.int64), k).view_as(y))
+            return clip8(round_shift_float_(z, k).view_as(y).add_(y))
         return forward
 
 
@@ -142,7 +158,7 @@ class Int8BiasLayer(AbstractLayer):
         def forward(acc):
             ctx.check_rows(acc, "Int8Bias")
             b = per_member(ctx, module.weight, active.get("weight"))
-            return (by_member(ctx, acc.to(torch.int64)) + b).view(acc.shape)
+            return (by_member(ctx, acc.to(torch.float32)) + b.to(torch.float32)).view(acc.shape)
         return forward
 
 

@@ -24,11 +24,11 @@ class AbstractUpdateRule:
         self.groups = groups
         self.config = config
 
-    def prepare(self, pop, coefficients: dict[str, float]) -> None:
-        """Called by the strategy before :meth:`apply` with the step's ``Population`` and, per
-        parameter, the coefficient c of ĝ = c · Σ_k w_k t_k (t_k the pair's unit noise term, w_k
-        its fitness contrast). Rules that need the raw vote (integer rules) divide c out; the
-        default ignores it."""
+    def prepare(self, pop, coefficients: dict[str, float], lowrank: frozenset = frozenset()) -> None:
+        """Called by the strategy before :meth:`apply` with the step's ``Population``, per parameter
+        the coefficient c of ĝ = c · Σ_k w_k t_k (t_k the pair's unit noise term: A Bᵀ for the names
+        in ``lowrank``, ε otherwise; w_k its fitness contrast). Rules that need the raw vote (integer
+        rules) divide c out; the default ignores it."""
 
     def noise_overlays(self) -> dict:
         """{name: (row factors, column factors)} this rule wants on the next step's noise (adaptive
@@ -38,6 +38,10 @@ class AbstractUpdateRule:
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
         """Move every parameter named in ``estimates``; group lrs are scaled by ``lr_factor`` (schedules)."""
         raise NotImplementedError
+
+    def metrics(self) -> dict:
+        """Extra per-step metrics (device scalars or numbers) merged into the strategy's; none by default."""
+        return {}
 
     def lrs(self, lr_factor: float) -> list[float]:
         """The learning rate of each group at ``lr_factor``, for metrics."""

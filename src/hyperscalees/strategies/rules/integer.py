@@ -113,9 +113,11 @@ class AbstractIntegerRule(AbstractUpdateRule):
                                  "(exclude it, or use the optimizer rule for a float model)")
         self.step = 0
         self._coef: dict[str, float] = {}
+        self._lowrank: frozenset | None = None
+        self._distribution, self._rank = config.distribution, config.rank
         self._pairs = config.population // 2
         self._group = {n: g for g in groups for n in g.names}
-        self.changed = 0  # weights moved by the last update (a metric)
+        self.changed: Tensor | int = 0  # weights moved by the last update (a device scalar: no host wait)
         self.adaptive_noise = self.adaptive_default if adaptive_noise is None else bool(adaptive_noise)
         self.overlays: dict[str, list[Tensor]] = {}
         if self.adaptive_noise:
@@ -146,8 +148,9 @@ class AbstractIntegerRule(AbstractUpdateRule):
         f = [overlay_factor(o) for o in self.overlays[name]]
         return f[0] if len(f) == 1 else f[0][:, None] * f[1][None, :]
 
-    def prepare(self, pop, coefficients: dict[str, float]) -> None:
+    def prepare(self, pop, coefficients: dict[str, float], lowrank: frozenset | None = None) -> None:
         self._coef = dict(coefficients)
+        self._lowrank = None if lowrank is None else frozenset(lowrank)
         self._pairs = pop.num_pairs
         self._distribution, self._rank = pop.distribution, pop.rank
 
@@ -160,7 +163,8 @@ class AbstractIntegerRule(AbstractUpdateRule):
 
     def vote_scale(self, name: str) -> float:
         """std(t)·√M: the standard deviation of Z under random fitness signs."""
-        return term_std(self._distribution, self.params[name].dim() == 2, self._rank) * math.sqrt(self._pairs)
+        lowrank = self.params[name].dim() == 2 if self._lowrank is None else name in self._lowrank
+        return term_std(self._distribution, lowrank, self._rank) * math.sqrt(self._pairs)
 
     def z(self, name: str, g: Tensor) -> Tensor:
         """The standardised vote z = Z / (std(t)·√M) of parameter ``name`` from its ĝ."""
@@ -173,7 +177,7 @@ class AbstractIntegerRule(AbstractUpdateRule):
         changed = 0
         for n in list(estimates):
             step = self.apply_one(n, estimates.pop(n), lr_factor)
-            changed += int(step.count_nonzero())
+            changed = changed + step.count_nonzero()
             if n in self.overlays:
                 self.update_overlay(n, step)
         self.changed = changed
@@ -181,6 +185,10 @@ class AbstractIntegerRule(AbstractUpdateRule):
 
     def apply_one(self, name: str, g: Tensor, lr_factor: float) -> Tensor:
         raise NotImplementedError
+
+    def metrics(self) -> dict:
+        total = sum(p.numel() for p in self.params.values())
+        return {"changed": self.changed, "changed_frac": self.changed / total}
 
     def state_dict(self) -> dict:
         return {"step": self.step, "overlays": {n: [o.clone() for o in ovs] for n, ovs in self.overlays.items()}}
@@ -274,9 +282,7 @@ class AdamWRule(ThresholdSGDRule):
 def newton_schulz_cubic(m: Tensor, steps: int = 5) -> Tensor:
     """m/‖m‖_F orthogonalised by X ← ½X(3I − XᵀX) on the smaller Gram side (d-eggs' Muon)."""
     norm = torch.linalg.vector_norm(m)
-    if float(norm) <= 1e-6:
-        return torch.zeros_like(m)
-    x = m / norm
+    x = m / torch.where(norm > 1e-6, norm, torch.ones_like(norm))   # d-eggs skips the division below 1e-6
     tall = x.shape[0] > x.shape[1]
     with fixed_threads():
         for _ in range(steps):
