@@ -122,7 +122,13 @@ def cat_states(parts: list):
 
 
 class LMTask(AbstractTask):
-    """Byte/token language model (egg, int8-transformer, float-gru); fitness is -bits/byte."""
+    """Byte/token language model (egg, int8-transformer, float-gru); fitness is -bits/byte.
+
+    ES settings not given on the command line come from the chosen model's ``es_defaults`` (and
+    ``TASK_ES_DEFAULTS``), not from the defaults listed below: egg runs with int noise, σ 2^-8,
+    pair-sign shaping, the z-test rule and population 64; int8-transformer with d-eggs' uniform
+    noise, filtered pair signs and integer AdamW. ``--trainer backprop`` trains a float model with Adam.
+    """
 
     name = "lm"
     metric = "val_bpb"
