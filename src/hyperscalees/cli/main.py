@@ -14,7 +14,7 @@ import sys
 from ..engine.checkpoint import package_version
 from .allocator import keep_freed_memory
 
-COMMANDS = ("train", "eval", "env", "bench")
+COMMANDS = ("train", "eval", "env", "bench", "generate", "arch")
 
 
 def _command_modules():

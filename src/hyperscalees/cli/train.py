@@ -8,21 +8,26 @@ step with a checkpoint and exits 130 or 143.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 
 from ..distributed import BACKEND_CONFIGS, BACKENDS, RayConfig, make_backend
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..models import ACTIVATIONS
+from ..models.lm import LM_MODELS
 from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
 from ..ops.precision import PRECISIONS
 from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
 from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
-from ..tasks import TASKS
+from ..engine.backprop import run_backprop
+from ..tasks import TASKS, get_task
 from ..tasks.rl.task import STARTS
 from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, json_line, os_error
 
+TRAINERS = ("es", "backprop")
+BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
 ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
               "update": UPDATES, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES),
@@ -73,19 +78,38 @@ HELP = {
     "dashboard": "start Ray's dashboard (local Ray only, on 127.0.0.1)",
     "temp_dir": "directory for a local Ray's session files (default: Ray's, /tmp/ray)",
     # task options (shared names mean the same thing in every task)
-    "hidden": "width of the hidden layer(s)", "activation": "nonlinearity between layers",
+    "hidden": "width of the hidden layer(s); the model width D for lm", "activation": "nonlinearity between layers",
     "batch": "examples every member scores per step", "holdout": "fraction of the data held out, in (0, 1)",
     "points": "grid points on [-2, 2] the fitness is measured on (>= 2)",
     "env": "gymnasium environment id (CartPole-v1 and Pendulum-v1 run batched; others as a sync vector env)",
     "episodes": "episodes per member per step; their returns are averaged",
-    "layers": "hidden layers of the policy", "max_steps": "cap on training episodes' length (0: the environment's limit)",
+    "layers": "hidden layers of the policy (rl), recurrent or transformer layers (lm)",
+    "max_steps": "cap on training episodes' length (0: the environment's limit)",
     "eval_max_steps": "cap on evaluation episodes' length (0: the environment's limit, as returns are reported)",
     "eval_episodes": "episodes of the unperturbed policy per evaluation (fixed starts)",
     "starts": "who shares a step's episode starts: every member (step) or only a pair's twins (pair)",
     "normalize": "leave observations unnormalised (by default: running mean/std shared by the population)",
     "threads": "torch threads for rollouts and evaluations (1: small policies run fastest on one)",
+    # lm options
+    "model": "language model (egg, int8-transformer: integer weights; float-gru: the float reference)",
+    "heads": "attention heads of a transformer (0: the model's default)",
+    "window": "tokens per stream per update (T); recurrent state carries across windows",
+    "streams": "data streams every member reads per step (all members read the same ones)",
+    "data": "a file (read as bytes), a directory with d-eggs input.bin + decoding.bin, or '' for the "
+            "Python standard library's source (split by file)",
+    "val_fraction": "fraction held out for validation, in (0, 1)",
+    "max_bytes": "read at most this many bytes of data (0: all)",
+    "eval_tokens": "validation tokens scored per evaluation",
+    "eval_streams": "parallel validation streams",
+    "sample_every": "print a generated sample every K evaluations (0: never)",
+    "sample_tokens": "tokens per printed sample",
+    "temperature": "sampling temperature (> 0)", "min_p": "drop tokens below min_p x the top probability",
+    "presence_penalty": "nats subtracted from tokens already present",
+    "ntt": "extra causal transform features of the token window: none, wht (Walsh-Hadamard) or fermat "
+           "(number-theoretic transform mod 65537)",
 }
-OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": STARTS}
+OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": STARTS, "model": tuple(sorted(LM_MODELS)),
+                  "ntt": ("none", "wht", "fermat")}
 METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
             "steps": "N", "chunk": "N", "device": "DEVICE"}
 
@@ -107,10 +131,16 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     """All flags of ``train TASK``: strategy, ES, engine and task options (names never collide)."""
     parser.add_argument("--strategy", dest="run.strategy", action=StoreExplicit, choices=STRATEGIES,
                         default="eggroll", help="eggroll (low-rank) or open_es (full-rank) (default: eggroll)")
+    parser.add_argument("--trainer", dest="run.trainer", action=StoreExplicit, choices=TRAINERS, default="es",
+                        help="es: evolution strategies; backprop: Adam on the task's differentiable loss, the float "
+                             "reference (tasks with a loss only; lr defaults to 3e-3 then) (default: es)")
+    parser.add_argument("--budget-minutes", dest="run.budget_minutes", action=StoreExplicit, type=float,
+                        default=None, metavar="MINUTES", help="wall-clock budget in minutes (--time-budget MINUTES·60)")
     es = parser.add_argument_group("evolution strategy")
     flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
     eng = parser.add_argument_group("engine")
-    flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps")},
+    flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps"),
+                                           "eval_every": task_cls.defaults.get("eval_every", EngineConfig.eval_every)},
                                  helps=HELP, metavars=METAVARS)
     eng.add_argument("--chunk-size", dest="engine.chunk", action=StoreExplicit, type=int, default=argparse.SUPPRESS,
                      metavar="N", help="same as --chunk")
@@ -132,6 +162,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """
     strategy, es, engine, options = (getattr(args, "run.strategy"), collect(args, "es"), collect(args, "engine"),
                                      collect(args, "options"))
+    typed = explicit(args)
+    es.update({k: v for k, v in get_task(args.task).model_es_defaults(options).items() if f"es.{k}" not in typed})
+    minutes = getattr(args, "run.budget_minutes", None)
+    if minutes is not None:
+        if "engine.time_budget" in typed:
+            raise ValueError("give --budget-minutes or --time-budget, not both")
+        if not (math.isfinite(minutes) and minutes > 0):
+            raise ValueError(f"budget_minutes must be a finite number > 0, got {minutes!r}")
+        engine["time_budget"] = 60.0 * minutes
     resume = engine.get("resume")
     if resume and has_checkpoint(resume):
         saved, typed = saved_config(resume).to_dict(), explicit(args)
@@ -156,12 +195,17 @@ def run(args: argparse.Namespace) -> int:
         backend = backend_from_args(args)
     except (ValueError, TypeError) as e:
         return fail(prog, str(e))
-    for note in start_notes(cfg, explicit(args)):
+    from_model = {f"es.{k}" for k in get_task(args.task).model_es_defaults(cfg.options)}  # chosen for the model
+    for note in start_notes(cfg, explicit(args) | from_model):
         print(f"note: {note}", file=sys.stderr)
     try:
-        summary = run_engine(cfg, backend)
-        if hasattr(backend, "report"):
-            summary["backend"] = backend.report()
+        if getattr(args, "run.trainer", "es") == "backprop":
+            lr = cfg.es.lr if "es.lr" in explicit(args) else BACKPROP_LR
+            summary = run_backprop(cfg, lr)
+        else:
+            summary = run_engine(cfg, backend)
+            if hasattr(backend, "report"):
+                summary["backend"] = backend.report()
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         return fail(prog, str(e))
     except OSError as e:

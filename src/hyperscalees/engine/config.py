@@ -119,6 +119,8 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
     engine = {k: v for k, v in (engine or {}).items() if v is not None or k in _NULLABLE_ENGINE}
     options = {k: v for k, v in (options or {}).items() if v is not None}
     es_fields = {f.name for f in fields(ESConfig)}
+    for k, v in task_cls.model_es_defaults(options).items():
+        es.setdefault(k, v)
     for k in ES_TASK_DEFAULTS:
         if k in task_cls.defaults:
             es.setdefault(k, task_cls.defaults[k])
@@ -127,5 +129,7 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
         raise ValueError(f"unknown ES setting(s) {bad}; choose from {sorted(es_fields)}")
     if engine.get("steps") is None:
         engine["steps"] = task_cls.defaults.get("steps", EngineConfig.steps)
+    if engine.get("eval_every") is None and "eval_every" in task_cls.defaults:
+        engine["eval_every"] = task_cls.defaults["eval_every"]
     return TrainConfig(task=task, strategy=strategy, es=ESConfig(**es), engine=EngineConfig(**engine),
                        options=options)

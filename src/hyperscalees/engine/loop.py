@@ -46,7 +46,7 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     device = check_device(device or cfg.engine.resolved_device)
     task = get_task(cfg.task)(seed=cfg.es.seed, device=device, options=cfg.options)
     model = task.build_model()
-    es = MODULE_ES[cfg.strategy](model, **asdict(cfg.es))
+    es = MODULE_ES[cfg.strategy](model, **asdict(cfg.es), **task.es_options(model))
     return task, model, es
 
 

@@ -1,4 +1,5 @@
 """Reference models: plain ``nn.Module``s the tasks and benchmarks train (no ES code in here)."""
+from . import float_gru  # noqa: F401  (registers "float-gru" in LM_MODELS)
 from .mlp import ACTIVATIONS, mlp
 from .transformer import Block, TinyLM
 

@@ -1,12 +1,14 @@
 """Fitness functions with their models and metrics; ``TASKS`` maps a name to its class."""
 from .base import AbstractTask, NoOptions, member_major
 from .digits import DigitsTask
+from .lm import LMTask
 from .poly import PolyTask
 from .predict2 import Predict2Task
 from .rl import RLTask
 from .xor import XorTask
 
-TASKS: dict[str, type[AbstractTask]] = {t.name: t for t in (XorTask, Predict2Task, PolyTask, DigitsTask, RLTask)}
+TASKS: dict[str, type[AbstractTask]] = {t.name: t for t in (XorTask, Predict2Task, PolyTask, DigitsTask, RLTask,
+                                                               LMTask)}
 
 
 def get_task(name: str) -> type[AbstractTask]:
@@ -16,5 +18,5 @@ def get_task(name: str) -> type[AbstractTask]:
     return TASKS[name]
 
 
-__all__ = ["AbstractTask", "DigitsTask", "NoOptions", "PolyTask", "Predict2Task", "RLTask", "TASKS", "XorTask",
+__all__ = ["AbstractTask", "DigitsTask", "LMTask", "NoOptions", "PolyTask", "Predict2Task", "RLTask", "TASKS", "XorTask",
            "get_task", "member_major"]

@@ -63,6 +63,16 @@ class AbstractTask:
         """Metrics of the unperturbed model; must contain ``self.metric``."""
         raise NotImplementedError
 
+    def es_options(self, model: nn.Module) -> dict:
+        """Extra keyword arguments of the ES facade for this model (e.g. ``groups``); none by default."""
+        return {}
+
+    @classmethod
+    def model_es_defaults(cls, options: dict) -> dict:
+        """ES settings (``ESConfig`` fields) that depend on the options, e.g. on the chosen model;
+        they replace ``defaults`` for settings the user did not give. None by default."""
+        return {}
+
     # -- shared helpers ----------------------------------------------------------------
     def build_model(self) -> nn.Module:
         """The task's model, initialised from ``seed`` only (global RNG left untouched)."""

@@ -1,0 +1,54 @@
+"""``hyperscalees generate DIR --prompt TEXT``: sample text from a trained ``lm`` run's checkpoint.
+
+Sampling is d-eggs' (temperature 0.6, min-p 0.08, presence penalty 0.2 by default; see
+``tasks/lm/sampling.py``) and seeded: the same checkpoint, prompt and ``--seed`` print the
+same text.
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..engine import load_run
+from ..tasks.lm.sampling import generate
+from .base import fail, json_line, os_error
+
+PROG = "hyperscalees generate"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="sample text from a trained lm checkpoint",
+                              description="Continue --prompt with the model saved in DIR (a `train lm --out DIR` run).")
+    p.add_argument("directory", metavar="DIR", help="run directory written by `hyperscalees train lm --out DIR`")
+    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    p.add_argument("--tokens", type=int, default=200, help="tokens to generate (default: 200)")
+    p.add_argument("--temperature", type=float, default=0.6, help="softmax temperature, > 0 (default: 0.6)")
+    p.add_argument("--min-p", type=float, default=0.08,
+                   help="drop tokens whose probability is below min-p x the top one's (default: 0.08)")
+    p.add_argument("--presence-penalty", type=float, default=0.2,
+                   help="nats subtracted from every token already present (default: 0.2)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--device", default=None, help="torch device (default: cpu)")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg, task, model, step = load_run(args.directory, args.device)
+        if cfg.task != "lm":
+            raise ValueError(f"{args.directory!r} holds a {cfg.task!r} run, not a language model (train lm)")
+        model.eval()
+        prompt = task.corpus.encode(args.prompt)
+        out = generate(model, prompt, args.tokens, args.temperature, args.min_p, args.presence_penalty,
+                       seed=args.seed, context=task.options.window)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        return fail(PROG, str(e))
+    except OSError as e:
+        return fail(PROG, os_error(e))
+    text = task.corpus.decode(out)
+    if args.json:
+        print(json_line({"directory": args.directory, "step": step, "model": cfg.options["model"],
+                         "prompt": args.prompt, "seed": args.seed, "tokens": out, "text": text}))
+    else:
+        print(args.prompt + text)
+    return 0

@@ -1,0 +1,317 @@
+"""Language-model pretraining by ES: fitness is minus the bits per byte of each member on a window.
+
+Dimensions: P members in the slice [lo, hi), M streams per member, T tokens per window
+(``--window``), V vocabulary; population rows are member-major, row i·M + m = member i,
+stream m.
+
+Data layout (nano-egg's, ``hyperscalees.md`` §5.5): the train stream is cut into M
+contiguous segments; at step s every stream reads window ``w = s mod W`` of its segment
+(T inputs, the T next tokens as targets), so every member -- both twins of a pair included --
+sees identical bytes and a step's data is a function of the step alone. After W steps the
+streams start over from their segments' beginnings.
+
+Truncated ES: each (member, stream) row carries its model's recurrent state to the next
+window, as nano-egg does; the state a row starts step s with is the one it ended step s-1 with
+(under step s-1's perturbation). The states live in the task state, so a resumed run continues
+bit for bit; they are reset to the model's fresh state when the streams start over.
+
+Fitness is (P, M): -(bits of the window's targets)/(bytes they spell) per member and stream
+(the engine averages over M). ``evaluate`` scores the unperturbed model on held-out text:
+real cross-entropy in bits per byte (``val_bpb``) next to the add-one unigram and bigram
+baselines of the same targets (``metrics.py``).
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ...models.lm import LM_MODELS, build_lm
+from ..base import AbstractTask, check_options
+from .data import Corpus, DataError, load_corpus
+from .metrics import baselines, token_bits
+from .sampling import check_sampling, generate
+
+
+NTT_CHOICES = ("none", "wht", "fermat")
+# Per model, on top of its own es_defaults: populations that made the most progress per CPU minute in
+# 3-minute probes of egg on the stdlib corpus (64 pairs of members did as well per step as 256 pairs,
+# at a quarter of the cost: progress is limited by the ±1 integer steps more than by the estimate).
+TASK_ES_DEFAULTS = {"egg": {"population": 64}, "int8-transformer": {"population": 64}}
+
+
+@dataclass(frozen=True)
+class LMOptions:
+    model: str = "egg"
+    hidden: int = 64            # model width D
+    layers: int = 2
+    heads: int = 0              # attention heads of a transformer (0: the model's own default)
+    window: int = 32            # tokens per stream per update (T)
+    streams: int = 2            # data streams every member reads per step (M)
+    data: str = ""              # file (bytes), d-eggs token directory, or "" for the stdlib source
+    val_fraction: float = 0.05
+    max_bytes: int = 4 << 20    # cap on the data read (0: no cap)
+    eval_tokens: int = 32768    # validation tokens scored per evaluation
+    eval_streams: int = 16
+    sample_every: int = 5       # print a generated sample every K evaluations (0: never)
+    sample_tokens: int = 160
+    temperature: float = 0.6
+    min_p: float = 0.08
+    presence_penalty: float = 0.2
+    ntt: str = "none"           # extra causal transform features of the token window (transformer only)
+
+    def __post_init__(self):
+        check_options(self, positive=("hidden", "layers", "window", "streams", "eval_tokens", "eval_streams",
+                                      "sample_tokens"))
+        if self.model not in LM_MODELS:
+            raise ValueError(f"unknown language model {self.model!r}; choose one of {sorted(LM_MODELS)}")
+        if not isinstance(self.heads, int) or self.heads < 0:
+            raise ValueError(f"heads must be an integer >= 0, got {self.heads!r}")
+        if not isinstance(self.max_bytes, int) or self.max_bytes < 0:
+            raise ValueError(f"max_bytes must be an integer >= 0, got {self.max_bytes!r}")
+        if not isinstance(self.sample_every, int) or self.sample_every < 0:
+            raise ValueError(f"sample_every must be an integer >= 0, got {self.sample_every!r}")
+        if not 0 < self.val_fraction < 1:
+            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        check_sampling(self.temperature, self.min_p, self.presence_penalty)
+        if self.ntt not in NTT_CHOICES:
+            raise ValueError(f"unknown ntt {self.ntt!r}; choose one of {NTT_CHOICES}")
+
+
+def model_sizes(o: LMOptions) -> dict:
+    return lm_sizes(o.model, o.hidden, o.layers, o.window, o.heads, o.ntt)
+
+
+def lm_sizes(model: str, hidden: int, layers: int, window: int, heads: int = 0, ntt: str = "none") -> dict:
+    """The size keyword arguments of ``model``'s builder: width (``hidden`` or ``dim``), layers,
+    context (``max_len``/``seq_len``), heads and ntt, each passed only where the builder takes it."""
+    if model not in LM_MODELS:
+        raise ValueError(f"unknown language model {model!r}; choose one of {sorted(LM_MODELS)}")
+    sizes = {"hidden": hidden, "dim": hidden, "layers": layers, "max_len": window, "seq_len": window}
+    if heads:
+        sizes["heads"] = heads
+    if ntt != "none":
+        sizes["ntt"] = ntt
+    params = inspect.signature(LM_MODELS[model]).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return sizes
+    if "ntt" in sizes and "ntt" not in params:
+        raise ValueError(f"model {model!r} has no ntt option (--ntt is an option of float-gru)")
+    if "heads" in sizes and "heads" not in params:
+        raise ValueError(f"model {model!r} has no attention heads (--heads is for transformers)")
+    return {k: v for k, v in sizes.items() if k in params}
+
+
+def slice_state(state, lo: int, hi: int):
+    if state is None:
+        return None
+    if isinstance(state, Tensor):
+        return state[lo:hi]
+    return tuple(s[lo:hi] for s in state)
+
+
+def cat_states(parts: list):
+    if any(p is None for p in parts):
+        return None
+    if isinstance(parts[0], Tensor):
+        return torch.cat(parts)
+    return tuple(torch.cat(c) for c in zip(*parts))
+
+
+class LMTask(AbstractTask):
+    """Byte/token language model (egg, int8-transformer, float-gru); fitness is -bits/byte.
+
+    ES settings not given on the command line come from the chosen model's ``es_defaults`` (and
+    ``TASK_ES_DEFAULTS``), not from the defaults listed below: egg runs with int noise, σ 2^-8,
+    pair-sign shaping, the z-test rule and population 64; int8-transformer with d-eggs' uniform
+    noise, filtered pair signs and integer AdamW. ``--trainer backprop`` trains a float model with Adam.
+    """
+
+    name = "lm"
+    metric = "val_bpb"
+    goal = "min"
+    defaults = {"population": 128, "sigma": 0.02, "rank": 1, "lr": 0.01, "optimizer": "adam", "steps": 100000,
+                "eval_every": 100}
+    Options = LMOptions
+
+    def __init__(self, seed=0, device=None, options=None):
+        super().__init__(seed, device, options)
+        o = self.options
+        self.corpus: Corpus = load_corpus(o.data or None, o.val_fraction, o.max_bytes)
+        n = self.corpus.train.numel()
+        self.seg = n // o.streams
+        if self.seg < o.window + 1:
+            raise DataError(f"window {o.window} (+1 target) is longer than each of the {o.streams} training streams "
+                            f"({self.seg} tokens of {n}); use a smaller --window or fewer --streams")
+        self.windows = (self.seg - 1) // o.window                          # W: windows per pass
+        self.token_bytes = self.corpus.token_bytes().to(self.device)
+        self.target = None
+        self._baselines: dict | None = None
+        self._evals = 0
+        self._start: tuple[int, object] | None = None                      # (step, (P·M, ...) state)
+        self._pending: tuple[int, dict] | None = None                      # (step, {lo: (hi, state)})
+        self._cached: tuple[int, Tensor] | None = None
+        self._bp_state = None                                              # backprop reference only
+
+    # -- model -------------------------------------------------------------------------
+    def make_model(self) -> nn.Module:
+        return build_lm(self.options.model, self.corpus.vocab_size, **model_sizes(self.options))
+
+    def es_options(self, model: nn.Module) -> dict:
+        """The model's parameter groups (e.g. a larger σ for an integer model's vectors)."""
+        groups = model.es_groups() if hasattr(model, "es_groups") else []
+        return {"groups": groups} if groups else {}
+
+    @classmethod
+    def model_es_defaults(cls, options: dict) -> dict:
+        """The chosen model's ``es_defaults`` (ES settings the user did not give)."""
+        name = options.get("model", LMOptions.model)
+        builder = LM_MODELS.get(name)
+        return {**(getattr(builder, "es_defaults", {}) or {}), **TASK_ES_DEFAULTS.get(name, {})}
+
+    # -- data ----------------------------------------------------------------------------
+    def window_index(self, step: int) -> int:
+        return step % self.windows
+
+    def batch(self, step: int) -> Tensor:
+        """(M, T+1) token ids of ``step``'s window on every stream (a function of the step only)."""
+        if self._cached is None or self._cached[0] != step:
+            o = self.options
+            starts = torch.arange(o.streams) * self.seg + self.window_index(step) * o.window   # (M,)
+            idx = starts[:, None] + torch.arange(o.window + 1)                              # (M, T+1)
+            self._cached = (step, self.corpus.train[idx].to(self.device))
+        return self._cached[1]
+
+    # -- recurrent state per (member, stream) row, carried across steps ------------------
+    def _commit(self) -> None:
+        """Turn the chunks of the last evaluated step into the start state of the next one."""
+        if self._pending is None:
+            return
+        step, parts = self._pending
+        self._pending = None
+        his, at, chunks = sorted(parts.items()), 0, []
+        for lo, (hi, st) in his:
+            if lo != at:           # not one contiguous population starting at member 0: nothing to carry
+                self._start = None
+                return
+            chunks.append(st)
+            at = hi
+        self._start = (step + 1, cat_states(chunks))
+
+    def _state_for(self, step: int, lo: int, hi: int):
+        if self._pending is not None and self._pending[0] != step:
+            self._commit()
+        if self.window_index(step) == 0 or self._start is None or self._start[0] != step:
+            return None
+        m = self.options.streams
+        st = self._start[1]
+        rows = st.shape[0] if isinstance(st, Tensor) else (st[0].shape[0] if st else 0)
+        return slice_state(st, lo * m, hi * m) if st is not None and rows >= hi * m else None
+
+    def fitness(self, model: nn.Module, lo: int, hi: int, step: int = 0) -> Tensor:
+        p, m = hi - lo, self.options.streams
+        state = self._state_for(step, lo, hi)
+        win = self.batch(step)                                             # (M, T+1)
+        x, y = win[:, :-1].repeat(p, 1), win[:, 1:].repeat(p, 1)           # (P·M, T) member-major
+        logits, new_state = model(x, state)
+        bits = token_bits(logits, y).sum(dim=1).double()                   # (P·M,)
+        nbytes = self.token_bytes[y].sum(dim=1).clamp(min=1)               # (P·M,)
+        if self._pending is None or self._pending[0] != step:
+            self._pending = (step, {})
+        self._pending[1][lo] = (hi, _detach(new_state))
+        return (-(bits / nbytes)).float().view(p, m)
+
+    def loss(self, model: nn.Module, step: int) -> Tensor:
+        """Differentiable bits per byte of the unperturbed model on ``step``'s window (the backprop
+        reference; truncated BPTT: its state is carried across windows, gradients are not)."""
+        win = self.batch(step)                                             # (M, T+1)
+        state = self._bp_state if self.window_index(step) and self._bp_state is not None else None
+        logits, new_state = model(win[:, :-1], state)
+        self._bp_state = _detach(new_state)
+        y = win[:, 1:]
+        return token_bits(logits, y).sum() / self.token_bytes[y].sum().float()
+
+    # -- evaluation ----------------------------------------------------------------------
+    def eval_streams(self) -> Tensor:
+        """(E, L) validation streams: the first ``eval_tokens`` of the validation split."""
+        o, val = self.options, self.corpus.val
+        n = min(val.numel(), o.eval_tokens)
+        e = max(1, min(o.eval_streams, n // 2))
+        length = n // e
+        return val[:e * length].view(e, length)
+
+    def baselines(self) -> dict[str, float]:
+        if self._baselines is None:
+            self._baselines = baselines(self.corpus.train, self.eval_streams(), self.corpus.vocab_size,
+                                        self.corpus.token_bytes())
+        return self._baselines
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        streams, t = self.eval_streams().to(self.device), self.options.window
+        bits = nbytes = 0.0
+        count, state = 0, None
+        for j in range(0, streams.shape[1] - 1, t):
+            x = streams[:, j:j + t]
+            y = streams[:, j + 1:j + t + 1]
+            x = x[:, :y.shape[1]]
+            logits, state = model(x, state)
+            bits += float(token_bits(logits, y).double().sum())
+            nbytes += float(self.token_bytes[y].sum())
+            count += y.numel()
+        base = self.baselines()
+        self.target = base["bigram_bpb"]      # "solved": below the bigram baseline of the same targets
+        out = {"val_bpb": bits / max(nbytes, 1.0), **{k: base[k] for k in ("bigram_bpb", "unigram_bpb")}}
+        if not self.corpus.is_bytes:
+            out.update(val_bpt=bits / max(count, 1), bigram_bpt=base["bigram_bpt"], unigram_bpt=base["unigram_bpt"])
+        self._evals += 1
+        if self.options.sample_every and self._evals % self.options.sample_every == 0:
+            print(f"sample: {self.sample(model)!r}", file=sys.stderr, flush=True)
+        return out
+
+    def sample(self, model: nn.Module, prompt_tokens: int = 32) -> str:
+        """A generated continuation of the start of the validation split (prompt included)."""
+        o = self.options
+        prompt = self.corpus.val[1:1 + prompt_tokens].tolist()
+        out = generate(model, prompt, o.sample_tokens, o.temperature, o.min_p, o.presence_penalty,
+                       seed=self.seed + self._evals, context=o.window)
+        return self.corpus.decode(prompt) + "|" + self.corpus.decode(out)
+
+    def metric_names(self):
+        names = ("val_bpb", "bigram_bpb", "unigram_bpb")
+        return names if self.corpus.is_bytes else names + ("val_bpt", "bigram_bpt", "unigram_bpt")
+
+    # -- state a resumed run must restore ----------------------------------------------
+    def state_dict(self) -> dict:
+        self._commit()
+        start = self._start
+        st = None if start is None else start[1]
+        return {"data_sha256": self.corpus.info.get("sha256"), "evals": self._evals,
+                "start_step": -1 if start is None else start[0],
+                "state": [] if st is None else ([st] if isinstance(st, Tensor) else list(st)),
+                "state_is_tensor": isinstance(st, Tensor)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:
+            return
+        if state["data_sha256"] != self.corpus.info.get("sha256"):
+            raise ValueError(f"the data differs from the run's (sha256 {state['data_sha256']} vs "
+                             f"{self.corpus.info.get('sha256')}): resume on the same data")
+        self._evals = int(state["evals"])
+        parts = [t.to(self.device) for t in state["state"]]
+        self._pending = None
+        if state["start_step"] < 0 or not parts:
+            self._start = None
+        else:
+            self._start = (int(state["start_step"]), parts[0] if state["state_is_tensor"] else tuple(parts))
+
+
+def _detach(state):
+    if state is None:
+        return None
+    if isinstance(state, Tensor):
+        return state.detach()
+    return tuple(s.detach() for s in state)

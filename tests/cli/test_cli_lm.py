@@ -1,0 +1,57 @@
+"""CLI of the lm task: train with --budget-minutes, generate (seeded), arch (parameter table)."""
+import json
+
+import pytest
+
+from hyperscalees.cli.main import build_parser, main
+from hyperscalees.cli.train import config_from_args
+
+SMALL = ["--model", "float-gru", "--hidden", "16", "--layers", "1", "--window", "16", "--streams", "2",
+         "--max-bytes", "60000", "--eval-tokens", "512", "--population", "8", "--sample-every", "0"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lm") / "run"
+    assert main(["train", "lm", *SMALL, "--steps", "3", "--out", str(out), "--json"]) == 0
+    return out
+
+
+def test_train_json_reports_bits_per_byte_and_baselines(run_dir, capsys):
+    assert main(["eval", str(run_dir), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["metrics"]
+    assert {"val_bpb", "bigram_bpb", "unigram_bpb"} <= set(m)
+    assert 0 < m["bigram_bpb"] < m["unigram_bpb"] < 8
+
+
+def test_generate_is_deterministic_with_a_seed(run_dir, capsys):
+    argv = ["generate", str(run_dir), "--prompt", "def ", "--tokens", "20", "--json"]
+    outs = []
+    for seed in ("1", "1", "2"):
+        assert main([*argv, "--seed", seed]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0]["tokens"] == outs[1]["tokens"] and len(outs[0]["tokens"]) == 20
+    assert outs[0]["tokens"] != outs[2]["tokens"]
+    assert main([*argv, "--temperature", "0"]) == 2
+    assert "temperature" in capsys.readouterr().err
+
+
+def test_arch_prints_the_parameter_table(capsys):
+    assert main(["arch", "float-gru", "--hidden", "8", "--layers", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["total"] == sum(p["count"] for p in d["parameters"])
+    # embed 256·8, ln 2·2·8, gru 2·24·8 + 2·24, mlp 24·8 + 24 + 8·24 + 8, ln_out 2·8, head 8·256 + 256
+    assert d["total"] == 2048 + 32 + 432 + 416 + 16 + 2304
+    assert main(["arch", "float-gru"]) == 0
+    assert "total" in capsys.readouterr().out
+    assert main(["arch", "egg", "--hidden", "8", "--layers", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["total"] == 513 * 8 + 1 * (4 * 8 + 12 * 8 * 8)      # nano-egg's count: 513·D + l·(4D + 12D²)
+    assert {p["dtype"] for p in d["parameters"]} == {"int8"}
+
+
+def test_budget_minutes_sets_the_time_budget():
+    cfg = config_from_args(build_parser().parse_args(["train", "lm", "--budget-minutes", "1.5"]))
+    assert cfg.engine.time_budget == 90.0
+    with pytest.raises(ValueError, match="not both"):
+        config_from_args(build_parser().parse_args(["train", "lm", "--budget-minutes", "1", "--time-budget", "5"]))
