@@ -214,7 +214,7 @@ def test_egg_run_resumes_bit_identically_and_saves_int8_losslessly(tmp_path):
     run(make_config("lm", es=es, engine={"steps": 4, "resume": str(part), "eval_every": 4}, options=opts),
         LocalBackend())
     cfg, task, model, step = load_run(full)
-    assert cfg.es.update_rule == "int_ztest" and cfg.es.distribution == "int"   # the model's es_defaults
+    assert cfg.es.update_rule == "int_sgd" and cfg.es.distribution == "int"   # TASK_ES_DEFAULTS over es_defaults
     saved = load_file(str(next(full.glob("model-*.safetensors"))))
     ints = {k: v for k, v in saved.items() if v.dtype == torch.int8}
     assert ints and all(torch.equal(v, model.state_dict()[k]) for k, v in ints.items())

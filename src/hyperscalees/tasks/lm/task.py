@@ -37,20 +37,26 @@ from .sampling import check_sampling, generate
 
 
 NTT_CHOICES = ("none", "wht", "fermat")
-# Per model, on top of its own es_defaults: populations that made the most progress per CPU minute in
-# 3-minute probes of egg on the stdlib corpus (64 pairs of members did as well per step as 256 pairs,
-# at a quarter of the cost: progress is limited by the ±1 integer steps more than by the estimate).
-TASK_ES_DEFAULTS = {"egg": {"population": 64}, "int8-transformer": {"population": 64}}
+# Per model, on top of its own es_defaults. egg: threshold SGD (acc += lr·z, ±1 steps) with lr 0.5,
+# decaying 0.9998 per step, averages each weight's votes over a few steps instead of moving it on every
+# near-random vote as the z-test does early on (lr 1.0 moved 41% of the weights per step and fell
+# behind; 0.25 was ~1.7x slower per step); and a step reads many streams (diverse bytes) with few
+# members: in 4-minute probes on the stdlib corpus (bench/results/cpu/lm_runs.txt) 64 pairs x 16
+# streams beat 512 pairs x 1 stream at equal cost -- the window's data was the noisier half of the estimate.
+TASK_ES_DEFAULTS = {"egg": {"population": 128, "update_rule": "int_sgd", "lr": 0.5, "lr_decay": 0.9998},
+                    "int8-transformer": {"population": 64}}
 
 
 @dataclass(frozen=True)
 class LMOptions:
     model: str = "egg"
-    hidden: int = 64            # model width D
-    layers: int = 2
+    # sizes: a small egg that a CPU's ES budget can train (29k parameters); the earlier defaults
+    # (hidden 64, layers 2, window 32, streams 2) stalled above the unigram level in 20 minutes
+    hidden: int = 32            # model width D
+    layers: int = 1
     heads: int = 0              # attention heads of a transformer (0: the model's own default)
-    window: int = 32            # tokens per stream per update (T)
-    streams: int = 2            # data streams every member reads per step (M)
+    window: int = 16            # tokens per stream per update (T)
+    streams: int = 16           # data streams every member reads per step (M)
     data: str = ""              # file (bytes), d-eggs token directory, or "" for the stdlib source
     val_fraction: float = 0.05
     max_bytes: int = 4 << 20    # cap on the data read (0: no cap)
@@ -126,8 +132,9 @@ class LMTask(AbstractTask):
 
     ES settings not given on the command line come from the chosen model's ``es_defaults`` (and
     ``TASK_ES_DEFAULTS``), not from the defaults listed below: egg runs with int noise, σ 2^-8,
-    pair-sign shaping, the z-test rule and population 64; int8-transformer with d-eggs' uniform
-    noise, filtered pair signs and integer AdamW. ``--trainer backprop`` trains a float model with Adam.
+    pair-sign shaping, threshold SGD (lr 0.5, decay 0.9998) and population 128; int8-transformer with
+    d-eggs' uniform noise, filtered pair signs and integer AdamW. ``--trainer backprop`` trains a float
+    model with Adam.
     """
 
     name = "lm"
