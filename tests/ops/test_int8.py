@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hyperscalees.ops import _reference as ref
-from hyperscalees.ops.int8 import (FLOAT32_EXACT_FAN_IN, clip8, div_round_half_away, exp_lut, floor_div, gelu_int8,
+from hyperscalees.ops.int8 import (FLOAT32_EXACT_FAN_IN, acc_bound, clip8, div_round_half_away, exp_lut, floor_div, gelu_int8,
                                    int_matmul, lowrank_term, maxabs_requantize, mean_abs_norm, member_vector, rope,
                                    rope_tables, round_shift, shift_of, trunc_div)
 
@@ -91,6 +91,30 @@ def test_lowrank_term_equals_one_division_of_the_materialized_member(rank, k):
         w2 = ref.int_member_matrix(w, a[i // 2], b[i // 2], int(signs.view(-1)[i]), k)
         want = ref.int_linear_reference(xs[i], w2, max(k, 0), d)
         assert torch.equal(fast.view(2 * kp, rows, fan_out)[i], want), f"member {i}"
+
+
+@pytest.mark.parametrize("fan_in,scale,rank,k,want_dtype", [(32, 85, 1, 8, torch.float32),     # egg's shapes
+                                                             (256, 85, 2, 4, torch.float64),    # |z| too wide
+                                                             (48, 20, 3, -2, torch.float32),
+                                                             (64, 127, 1, -8, torch.float64)])  # k < 0 widens z
+def test_lowrank_term_picks_float32_only_where_every_sum_stays_exact(fan_in, scale, rank, k, want_dtype):
+    """With the caller's accumulator bound the term may come back in float32; it must equal the int64
+    term, and so must the caller's sum with the largest possible accumulator."""
+    kp, rows, fan_out = 4, 8, 24
+    g = torch.Generator().manual_seed(fan_in + rank)
+    x = rand_int8(2 * kp * rows, fan_in, seed=fan_in)
+    a = torch.randint(-scale, scale + 1, (kp, fan_out, rank), generator=g).float()
+    b = torch.randint(-scale, scale + 1, (kp, fan_in, rank), generator=g).float()
+    signs = torch.tensor([[1.0, -1.0]] * kp)
+    z = lowrank_term(x, a, b, signs, k, b_max=scale, acc_max=acc_bound(fan_in))
+    assert z.dtype == want_dtype
+    s = signs.long().view(kp, 2, 1, 1)
+    u = x.long().view(kp, 2, rows, fan_in) @ b.long().unsqueeze(1)                     # (K, 2, R, r)
+    want = round_shift(s * (u @ a.long().transpose(1, 2).unsqueeze(1)), k).view(-1, fan_out)
+    assert torch.equal(z.long(), want)
+    assert torch.equal(lowrank_term(x, a, b, signs, k, b_max=scale).long(), want)        # no bound: float64
+    extreme = torch.full_like(z, acc_bound(fan_in))
+    assert torch.equal((z + extreme).long(), want + int(acc_bound(fan_in)))
 
 
 def test_member_vectors_and_the_zero_guarded_norm():

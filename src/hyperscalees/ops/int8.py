@@ -160,29 +160,50 @@ def shift_of(scale: float, what: str = "noise") -> int:
 
 
 def round_shift_float_(z: Tensor, k: int) -> Tensor:
-    """:func:`round_shift` of integer-valued float64, in place: floor((z + 2^(k-1))·2^-k), exact for |z| < 2^52."""
+    """:func:`round_shift` of integer-valued floats, in place: floor((z + 2^(k-1))·2^-k), exact while
+    |z| + 2^(k-1) (k > 0) or |z|·2^-k (k < 0) stays below 2^53 (float64) or 2^24 (float32)."""
     if k <= 0:
         return z if k == 0 else z.mul_(float(1 << -k))
     return z.add_(float(1 << (k - 1))).mul_(2.0**-k).floor_()
 
 
-def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: float = float("inf")) -> Tensor:
-    """round_shift(s_i (x B_i) A_iᵀ, k) per member: x (P·R.., in) -> float64 integers (P·R.., out).
+FLOAT32_EXACT = 2**24  # integer-valued float32 below this are exact; so are sums and products staying below
+
+
+def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: float = float("inf"),
+                 acc_max: float | None = None) -> Tensor:
+    """round_shift(s_i (x B_i) A_iᵀ, k) per member: x (P·R.., in) -> integer-valued floats (P·R.., out).
 
     a (K, out, r), b (K, in, r) integer-valued, signs (K, 2). x B is summed in float32 when
-    in·127·``b_max`` < 2^24 (``b_max`` bounds |B|), else float64; the rest is float64, exact:
-    the products stay far below 2^52 for any int8-scale noise.
+    in·127·``b_max`` < 2^24 (``b_max`` bounds |B|), else float64. The rest is float64, exact (the
+    products stay far below 2^52 for any int8-scale noise) -- or float32 on a CPU when the caller
+    says how large the accumulator it adds the term to can be (``acc_max``) and this step's factors
+    bound every |z| + 2^(k-1) + acc_max below 2^24: then every value, the caller's sum included, is
+    an integer below 2^24 and float32 holds it exactly (half the memory traffic of the population
+    forward's largest tensors). The bound reads max|x B| and max|A| on the host, free on a CPU; a
+    GPU keeps float64 rather than wait for the read.
     """
     kp, fan_in = a.shape[0], x.shape[-1]
     dtype = torch.float32 if fan_in * QMAX * b_max < 2**24 else torch.float64
     xk = x.reshape(kp, 2, -1, fan_in).to(dtype)                              # (K, 2, R, in)
-    u = (xk @ b.to(dtype).unsqueeze(1)).to(torch.float64)                    # (K, 2, R, r)
-    u.mul_(signs.to(torch.float64).view(kp, 2, 1, 1))
+    u = xk @ b.to(dtype).unsqueeze(1)                                        # (K, 2, R, r)
+    zdtype = torch.float64
+    if acc_max is not None and u.device.type == "cpu" and u.numel() and a.numel():
+        z_max = float(u.abs().amax()) * float(a.abs().amax()) * a.shape[-1]  # |Σ_r u_r a_r| <= r·max|u|·max|a|
+        widest = z_max * 2.0 ** max(-k, 0) + (2.0 ** (k - 1) if k > 0 else 0.0)   # inside round_shift_float_
+        if widest + acc_max < FLOAT32_EXACT:
+            zdtype = torch.float32
+    u = u.to(zdtype).mul_(signs.to(zdtype).view(kp, 2, 1, 1))
     if a.shape[-1] == 1:                                                     # rank 1: an outer product
-        z = u * a.to(torch.float64).view(kp, 1, 1, -1)
+        z = u * a.to(zdtype).view(kp, 1, 1, -1)
     else:
-        z = u @ a.to(torch.float64).transpose(1, 2).unsqueeze(1)             # (K, 2, R, out)
+        z = u @ a.to(zdtype).transpose(1, 2).unsqueeze(1)                    # (K, 2, R, out)
     return round_shift_float_(z, k).view(*x.shape[:-1], a.shape[1])
+
+
+def acc_bound(fan_in: int) -> float:
+    """The largest |x Wᵀ| of int8-range x and W: what a perturbation term is added to."""
+    return float(fan_in * QMAX * QMAX)
 
 
 def member_vector(v: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:
@@ -298,5 +319,5 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 __all__ = ["EXP_SCALE_BITS", "EXP_STEPS_PER_NAT", "FIXED_POINT", "FLOAT32_EXACT_FAN_IN", "QMAX", "acc_dtype", "clip8",
            "div_round_half_away", "egg_divisor", "exp_lut", "float32_is_exact", "floor_div", "floor_div_float_",
-           "gelu_int8", "gelu_lut", "int_matmul", "lowrank_term", "matmul_acc", "maxabs_requantize", "mean_abs_norm",
+           "acc_bound", "gelu_int8", "gelu_lut", "int_matmul", "lowrank_term", "matmul_acc", "maxabs_requantize", "mean_abs_norm",
            "member_vector", "rope", "rope_tables", "round_shift", "round_shift_float_", "shift_of", "trunc_div"]

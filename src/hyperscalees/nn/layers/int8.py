@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from ...noise.distributions import INTEGER_DISTRIBUTIONS, INTEGER_MAX
 from ...noise.draw import Noise
-from ...ops.int8 import acc_dtype, clip8, floor_div_float_, lowrank_term, matmul_acc, member_vector, round_shift_float_, shift_of
+from ...ops.int8 import acc_bound, acc_dtype, clip8, floor_div_float_, lowrank_term, matmul_acc, member_vector, round_shift_float_, shift_of
 from .base import AbstractLayer, PopulationContext
 
 
@@ -82,9 +82,11 @@ def weight_once(module: nn.Module):
 
 
 def matrix_term(ctx: PopulationContext, x: Tensor, name: str) -> Tensor:
+    """The members' perturbation of x Wᵀ, in a float dtype that holds it plus x Wᵀ exactly."""
     n, k = int_noise(ctx, name)
     if n.lowrank:
-        return lowrank_term(x, n.a, n.b, n.signs, k, b_max=INTEGER_MAX[ctx.pop.distribution])
+        return lowrank_term(x, n.a, n.b, n.signs, k, b_max=INTEGER_MAX[ctx.pop.distribution],
+                            acc_max=acc_bound(x.shape[-1]))
     return dense_term(x, n.eps, n.signs, k)
 
 
@@ -116,7 +118,7 @@ class Int8LinearLayer(AbstractLayer):
             ctx.check_rows(x, "Int8Linear")
             acc = matmul_acc(x, weight())
             if wname is not None:
-                acc = matrix_term(ctx, x, wname).add_(acc)                      # float64: exact below 2^53
+                acc = matrix_term(ctx, x, wname).add_(acc)                      # exact: see lowrank_term
             bias = per_member(ctx, module.bias, bname)
             return module.finish(by_member(ctx, acc), bias).view(acc.shape)
         return forward
