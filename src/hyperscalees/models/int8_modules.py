@@ -93,7 +93,7 @@ class Int8Linear(nn.Module):
         y = floor_div_float_(acc, self.divisor)
         if bias is not None:
             y = y.add_(bias.to(y.dtype))
-        return clip8(y) if self.saturate else y.to(torch.int64)
+        return y.clamp_(-QMAX, QMAX).to(torch.int8) if self.saturate else y.to(torch.int64)   # y is ours
 
     def forward(self, x: Tensor) -> Tensor:
         return self.finish(matmul_acc(x, float_weight(self)), self.bias)

@@ -84,7 +84,8 @@ def build_lm(name: str, vocab_size: int, **sizes) -> AbstractLM:
 
 def natural_logits_from_log2_sixteenths(y: Tensor) -> Tensor:
     """Integer logits in 1/16-bit base-2 units -> float32 natural-log scale (exact up to fp32)."""
-    return y.to(torch.float32) * (torch.log(torch.tensor(2.0)).item() / 16.0)
+    scale = torch.log(torch.tensor(2.0)).item() / 16.0
+    return y * scale if not y.is_floating_point() else y.to(torch.float32) * scale   # int8 * float: one pass
 
 
 __all__ = ["AbstractLM", "LM_MODELS", "build_lm", "natural_logits_from_log2_sixteenths", "register_lm"]

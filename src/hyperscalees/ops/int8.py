@@ -194,11 +194,14 @@ def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: 
         if widest + acc_max < FLOAT32_EXACT:
             zdtype = torch.float32
     u = u.to(zdtype).mul_(signs.to(zdtype).view(kp, 2, 1, 1))
+    a = a.to(zdtype) * 2.0**-k          # the shift folded into the small factor: exact (a power of two)
     if a.shape[-1] == 1:                                                     # rank 1: an outer product
-        z = u * a.to(zdtype).view(kp, 1, 1, -1)
+        z = u * a.view(kp, 1, 1, -1)
     else:
-        z = u @ a.to(zdtype).transpose(1, 2).unsqueeze(1)                    # (K, 2, R, out)
-    return round_shift_float_(z, k).view(*x.shape[:-1], a.shape[1])
+        z = u @ a.transpose(1, 2).unsqueeze(1)                               # (K, 2, R, out)
+    if k > 0:                           # floor(z·2^-k + 1/2): z·2^-k + 1/2 is a multiple of 2^-k, exact
+        z.add_(0.5).floor_()
+    return z.view(*x.shape[:-1], a.shape[1])
 
 
 def acc_bound(fan_in: int) -> float:
