@@ -1,12 +1,14 @@
 """Plot validation bits/byte against wall-clock for several `train lm` runs on one figure.
 
 Usage:
-    python bench/lm_curves.py OUT.png LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--json OUT.json]
+    python bench/lm_curves.py OUT.png LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--json OUT.json] [--keep OLD.json [LABEL ...]]
 
 Each RUN_DIR is a `hyperscalees train lm --out RUN_DIR` directory (ES or `--trainer backprop`);
 its metrics.jsonl rows carrying `val_bpb` give the curve (x: the row's `time`, seconds since the
 run started, evaluations included). The unigram and bigram baselines of the first run are
 drawn as horizontal lines (every run must use the same data for them to apply to all).
+``--keep OLD.json`` draws curves an earlier call saved with ``--json`` (all of them, or the labels
+listed after it) before the new ones, so a figure can gain a run without re-running the others.
 """
 from __future__ import annotations
 
@@ -29,8 +31,17 @@ def main() -> None:
     ap.add_argument("png", help="output PNG path")
     ap.add_argument("runs", nargs="+", metavar="LABEL=RUN_DIR", help="curve label and its run directory")
     ap.add_argument("--json", default=None, help="also write the curves as JSON here")
+    ap.add_argument("--keep", nargs="+", default=None, metavar=("OLD.json", "LABEL"),
+                    help="first draw these curves saved by an earlier --json (all, or only the labels given)")
     args = ap.parse_args()
     curves = {}
+    if args.keep:
+        old = json.loads(Path(args.keep[0]).read_text())
+        wanted = args.keep[1:] or list(old)
+        missing = [label for label in wanted if label not in old]
+        if missing:
+            raise SystemExit(f"{args.keep[0]}: no curve labelled {missing}; it has {sorted(old)}")
+        curves.update({label: old[label] for label in wanted})
     for spec in args.runs:
         label, _, d = spec.partition("=")
         curves[label] = read_curve(Path(d))
