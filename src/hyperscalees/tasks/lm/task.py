@@ -38,13 +38,16 @@ from .sampling import check_sampling, generate
 
 NTT_CHOICES = ("none", "wht", "fermat")
 # Per model, on top of its own es_defaults. egg: threshold SGD (acc += lr·z, ±1 steps) on centered
-# ranks, lr 1.0 decaying 0.9998 per step (0.03 after 17,000 steps, about 20 CPU minutes). Threshold SGD averages each weight's votes over a few steps
-# instead of moving it on every near-random vote as the z-test does early on. Centered ranks keep the
-# size of each pair's difference, which pair signs throw away: at equal steps they moved a third as many
-# weights per step (4% vs 16% at lr 0.5) and learnt faster (4.03 vs 4.13 bits/byte at step 2,500);
-# lr 1.0 was faster still early on (4.22 vs 4.25 at step 1,000). A step reads many streams (diverse
-# bytes) with few members: 64 pairs x 16 streams beat 512 pairs x 1 stream at equal cost -- the
-# window's data was the noisier half of the estimate. Probes: bench/results/cpu/lm_runs.txt.
+# ranks, lr 1.0 decaying 0.9998 per step (0.03 after 17,000 steps, about 20 CPU minutes).
+# - Threshold SGD averages each weight's votes over a few steps instead of moving it on every
+#   near-random vote, as the z-test does early on.
+# - Centered ranks keep the size of each pair's difference, which pair signs throw away: at equal
+#   steps they moved a third as many weights (4% vs 16% at lr 0.5) and learnt faster (4.03 vs 4.13
+#   bits/byte at step 2,500).
+# - The decay: a lower lr late was worth 0.03-0.07 bits/byte at equal steps (0.99985 vs 0.9999).
+# - A step reads many streams (diverse bytes) with few members: 64 pairs x 16 streams beat 512 pairs
+#   x 1 stream at equal cost; 32 pairs per step lost at equal time.
+# Probes: bench/results/cpu/lm_runs.txt.
 TASK_ES_DEFAULTS = {"egg": {"population": 128, "update_rule": "int_sgd", "shaping": "centered_rank", "lr": 1.0,
                             "lr_decay": 0.9998},
                     "int8-transformer": {"population": 64}}
