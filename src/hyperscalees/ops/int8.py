@@ -45,7 +45,8 @@ import torch
 from torch import Tensor
 
 QMAX = 127
-FLOAT32_EXACT_FAN_IN = (2**24 - 1) // (QMAX * QMAX)  # 1040: fan_in * 127^2 < 2^24
+FLOAT32_EXACT = 2**24  # integer-valued float32 below this are exact; so are sums and products staying below
+FLOAT32_EXACT_FAN_IN = (FLOAT32_EXACT - 1) // (QMAX * QMAX)  # 1040: fan_in * 127^2 < 2^24
 FIXED_POINT = 4  # activations and weights are 16x their real value
 
 
@@ -61,7 +62,7 @@ def check_int8_range(x: Tensor, what: str) -> None:
 
 def float32_is_exact(fan_in: int) -> bool:
     """True when any sum of ``fan_in`` int8 x int8 products is exact in float32 (< 2^24)."""
-    return fan_in * QMAX * QMAX < 2**24
+    return fan_in * QMAX * QMAX < FLOAT32_EXACT
 
 
 def acc_dtype(fan_in: int) -> torch.dtype:
@@ -167,9 +168,6 @@ def round_shift_float_(z: Tensor, k: int) -> Tensor:
     return z.add_(float(1 << (k - 1))).mul_(2.0**-k).floor_()
 
 
-FLOAT32_EXACT = 2**24  # integer-valued float32 below this are exact; so are sums and products staying below
-
-
 def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: float = float("inf"),
                  acc_max: float | None = None) -> Tensor:
     """round_shift(s_i (x B_i) A_iᵀ, k) per member: x (P·R.., in) -> integer-valued floats (P·R.., out).
@@ -184,7 +182,7 @@ def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: 
     GPU keeps float64 rather than wait for the read.
     """
     kp, fan_in = a.shape[0], x.shape[-1]
-    dtype = torch.float32 if fan_in * QMAX * b_max < 2**24 else torch.float64
+    dtype = torch.float32 if fan_in * QMAX * b_max < FLOAT32_EXACT else torch.float64
     xk = x.reshape(kp, 2, -1, fan_in).to(dtype)                              # (K, 2, R, in)
     u = xk @ b.to(dtype).unsqueeze(1)                                        # (K, 2, R, r)
     zdtype = torch.float64
@@ -225,7 +223,7 @@ def mean_abs_norm(x: Tensor, w: Tensor, b: Tensor | None = None, rounding: str =
     divides by 1. ``w``/``b`` broadcast: (D,) or per member (K, 2, 1, D) against x viewed as
     (K, 2, R, D). In float32, exact: Σ|x| <= 127·D < 2^24 (D < 132,000) and |x·w| <= 127².
     """
-    if x.shape[-1] * QMAX >= 2**24:
+    if x.shape[-1] * QMAX >= FLOAT32_EXACT:
         raise ValueError(f"mean_abs_norm: width {x.shape[-1]} would make float32 sums inexact")
     xf = x.to(torch.float32)
     m = torch.floor(xf.abs().sum(dim=-1, keepdim=True) / x.shape[-1]).clamp_min(1)
@@ -320,7 +318,7 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.stack([re, ro], dim=-1).flatten(-2)
 
 
-__all__ = ["EXP_SCALE_BITS", "EXP_STEPS_PER_NAT", "FIXED_POINT", "FLOAT32_EXACT_FAN_IN", "QMAX", "acc_dtype", "clip8",
+__all__ = ["EXP_SCALE_BITS", "EXP_STEPS_PER_NAT", "FIXED_POINT", "FLOAT32_EXACT", "FLOAT32_EXACT_FAN_IN", "QMAX", "acc_dtype", "clip8",
            "div_round_half_away", "egg_divisor", "exp_lut", "float32_is_exact", "floor_div", "floor_div_float_",
            "acc_bound", "gelu_int8", "gelu_lut", "int_matmul", "lowrank_term", "matmul_acc", "maxabs_requantize", "mean_abs_norm",
            "member_vector", "rope", "rope_tables", "round_shift", "round_shift_float_", "shift_of", "trunc_div"]
