@@ -22,7 +22,8 @@ from safetensors.torch import load_file
 from hyperscalees.distributed import LocalBackend, RayBackend, RayConfig
 from hyperscalees.engine import make_config, run
 from hyperscalees.cli.main import main
-from hyperscalees.engine.loop import build
+
+from faulty import faulty
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup (make test) one worker runs them all: one Ray
@@ -71,7 +72,7 @@ def assert_same_params(a: dict, b: dict) -> None:
 
 def local_reference(tmp_path, name, **engine) -> dict:
     cfg = make_config("xor", es={"seed": 7}, engine={"out": str(tmp_path / name), **engine})
-    run(cfg, LocalBackend())
+    run(cfg, LocalBackend)
     return params(tmp_path / name)
 
 
@@ -114,19 +115,34 @@ def is_loopback(addr: str) -> bool:
     return host.startswith("127.") or host == "::1"
 
 
+class ListenersAtClose(RayBackend):
+    """Records what Ray's processes listen on while the workers are still up (the engine closes
+    the backend when the run ends)."""
+
+    listeners = None
+
+    def close(self):
+        if self.started and shutil.which("ss"):
+            self.listeners = ray_listeners()
+        super().close()
+
+
 def test_dead_slow_corrupt_and_drifting_workers_are_survived_exactly(ray_cluster, tmp_path, no_plot):
     """Worker 1 sends four broken results (steps 2-5), drifts after step 9 and stalls 1 s at step 12;
     worker 0 dies mid-chunk at step 14. The run loses nothing and ends where the local run does."""
     timeout, stall = 0.3, 1.0
     faults = {0: {"die": 14},
               1: {"corrupt": {2: "flip", 3: "truncate", 4: "version", 5: "step"}, "drift": 9, "slow": {12: stall}}}
-    backend = RayBackend(RayConfig(workers=2, straggler_timeout=timeout, hash_every=5, faults=faults))
+    made = []
+
+    def backend(recipe, chunk):
+        made.append(ListenersAtClose(recipe, RayConfig(workers=2, straggler_timeout=timeout, hash_every=5), chunk=chunk,
+                               replica=faulty(faults)))
+        return made[-1]
+
     cfg = make_config("xor", es={"seed": 7}, engine={"steps": 20, "chunk": 128, "out": str(tmp_path / "ray")})
-    try:
-        run(cfg, backend)
-        listeners = ray_listeners() if shutil.which("ss") else None   # workers still up
-    finally:
-        backend.close()
+    run(cfg, backend)
+    backend = made[0]
     r = backend.report()
     assert r["rejected"] == 4                                   # flip, truncate, version, step: all refused
     assert r["drift_repairs"] == 1                              # found at the hash check after step 9
@@ -139,6 +155,7 @@ def test_dead_slow_corrupt_and_drifting_workers_are_survived_exactly(ray_cluster
     assert max(backend.step_times[s] for s in (12, 13)) < min(stall, timeout + chunk_time + 0.5), \
         (backend.step_times, r)
     assert_same_params(params(tmp_path / "ray"), local_reference(tmp_path, "local", steps=20, chunk=128))
+    listeners = backend.listeners
     if listeners is None:
         pytest.skip("`ss` (iproute2) is not installed: cannot check that Ray listens on loopback only")
     assert len(listeners) >= 3, listeners                       # gcs_server, raylet, workers...
@@ -179,11 +196,10 @@ def test_rl_with_observation_statistics_on_ray_equals_the_local_run(ray_cluster,
     es = {"seed": 3, "population": 16}
     options = {"max_steps": 20, "hidden": 8, "layers": 1, "eval_episodes": 2}
     out = {}
-    for name, backend in (("ray", RayBackend(RayConfig(workers=2, hash_every=1))), ("local", LocalBackend())):
+    for name, backend in (("ray", lambda r, chunk: RayBackend(r, workers=2, hash_every=1, chunk=chunk)),
+                          ("local", LocalBackend)):
         cfg = make_config("rl", es=es, engine={"steps": 4, "chunk": 4, "out": str(tmp_path / name)}, options=options)
-        try:
-            out[name] = run(cfg, backend)
-        finally:
-            backend.close()
+        out[name] = run(cfg, backend)
     assert_same_params(params(tmp_path / "ray"), params(tmp_path / "local"))
     assert out["ray"]["metrics"] == out["local"]["metrics"]   # env_steps and eval returns included
+    assert out["ray"]["backend"]["workers"] == 2

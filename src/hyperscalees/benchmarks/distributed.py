@@ -97,22 +97,20 @@ def ray_speedup(log, steps: int = 6, warmup: int = 2) -> dict:
     """Seconds per step of one digits run in-process, on 1 and on 2 Ray workers (same chunks)."""
     from ..distributed.ray import RayBackend, RayConfig, start_ray, stop_ray
     from ..engine import make_config
-    from ..engine.loop import build
+    from ..engine.recipe import TaskRecipe
 
     cfg = make_config("digits", es={"seed": 0}, engine={"steps": warmup + steps, "chunk": 512})
     start_ray(RayConfig(workers=2, temp_dir=tempfile.mkdtemp(prefix="hsr", dir="/tmp")))
     out = {}
-    for name, make in (("local", LocalBackend), ("ray_1", lambda: RayBackend(RayConfig(workers=1))),
-                       ("ray_2", lambda: RayBackend(RayConfig(workers=2)))):
-        task, _, es = build(cfg)
-        backend = make()
-        backend.start(cfg, task, es)
+    recipe = TaskRecipe(cfg.to_dict())
+    for name, make in (("local", LocalBackend), ("ray_1", lambda r, chunk: RayBackend(r, workers=1, chunk=chunk)),
+                       ("ray_2", lambda r, chunk: RayBackend(r, workers=2, chunk=chunk))):
+        backend = make(recipe, chunk=cfg.engine.chunk)
         try:
             times = []
             for i in range(warmup + steps):
                 t0 = time.perf_counter()
-                f = backend.evaluate(es, lambda m, lo, hi, s=es.step: task.fitness(m, lo, hi, s), cfg.engine.chunk)
-                backend.update(es, es.shape(f))
+                backend.step()
                 if i >= warmup:
                     times.append(time.perf_counter() - t0)
         finally:

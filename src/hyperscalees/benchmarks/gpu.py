@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models import TinyLM
-from ..distributed.graph import GraphedStep
+from ..nn.graph import GraphedStep
 from ..nn.module_es import EGGROLL
 from .base import MIB, EXACT_RSS_ENV, Report, Timing, environment, in_subprocess, peak_rss_mib, reset_peak_rss, \
     side_by_side

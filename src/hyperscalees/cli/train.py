@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import fields
 import signal
 import sys
 
-from ..distributed import BACKEND_CONFIGS, BACKENDS, RayConfig, make_backend
+from ..distributed import BACKENDS, backend_factory
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..models import ACTIVATIONS
 from ..models.lm import LM_MODELS
@@ -147,8 +148,10 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     dist = parser.add_argument_group("distributed")
     dist.add_argument("--backend", dest="run.backend", action=StoreExplicit, choices=tuple(BACKENDS), default="local",
                       help="where members are evaluated: local (this process) or ray (worker actors) (default: local)")
-    flags += add_dataclass_flags(dist, RayConfig, "backend", helps=HELP, skip=("faults", "startup_timeout"),
-                                 metavars={"address": "auto|HOST:PORT", "temp_dir": "DIR"})
+    for backend in BACKENDS.values():
+        if getattr(backend, "Config", None) is not None:
+            flags += add_dataclass_flags(dist, backend.Config, "backend", helps=HELP, skip=("startup_timeout",),
+                                         metavars={"address": "auto|HOST:PORT", "temp_dir": "DIR"})
     opt = parser.add_argument_group(f"{task_cls.name} options")
     for f in add_dataclass_flags(opt, task_cls.Options, "options", choices=OPTION_CHOICES, helps=HELP):
         assert f not in flags, f"task option {f} of {task_cls.name} collides with a core flag"
@@ -204,14 +207,10 @@ def run(args: argparse.Namespace) -> int:
             summary = run_backprop(cfg, lr)
         else:
             summary = run_engine(cfg, backend)
-            if hasattr(backend, "report"):
-                summary["backend"] = backend.report()
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         return fail(prog, str(e))
     except OSError as e:
         return fail(prog, os_error(e))
-    finally:
-        backend.close()
     for note in summary["notes"]:
         print(f"note: {note}", file=sys.stderr)
     print(json_line(summary) if cfg.engine.json else format_summary(summary))
@@ -222,15 +221,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def backend_from_args(args: argparse.Namespace):
-    """The backend ``--backend`` names, configured by its flags (refused for a backend that has none)."""
+    """``recipe -> backend`` for the backend ``--backend`` names, configured by its flags
+    (checked now; a flag of another backend is refused, naming the backend it needs)."""
     name, typed = getattr(args, "run.backend"), explicit(args)
     options = collect(args, "backend")
-    if name not in BACKEND_CONFIGS:
-        stray = sorted(k for k in options if f"backend.{k}" in typed)
-        if stray:
-            raise ValueError(f"--{stray[0].replace('_', '-')} needs --backend ray")
-        return make_backend(name)
-    return make_backend(name, options)
+    own = getattr(BACKENDS[name], "Config", None)
+    own = {f.name for f in fields(own)} if own is not None else set()
+    stray = sorted(k for k in options if k not in own and f"backend.{k}" in typed)
+    if stray:
+        needs = [n for n, b in BACKENDS.items() if getattr(b, "Config", None) is not None
+                 and stray[0] in {f.name for f in fields(b.Config)}]
+        raise ValueError(f"--{stray[0].replace('_', '-')} needs --backend {needs[0] if needs else '?'}")
+    return backend_factory(name, {k: v for k, v in options.items() if k in own})
 
 
 def start_notes(cfg: TrainConfig, typed: frozenset[str]) -> list[str]:

@@ -1,23 +1,39 @@
-"""Backends: turning a population into fitness, in-process (``local``) or across workers (``ray``)."""
+"""Backends: a population turned into fitness from a recipe, in-process (``local``) or on workers (``ray``).
+
+``BACKENDS`` is the one registry: a name, the backend class. A backend configured by a
+dataclass says so with a ``Config`` class attribute (its fields become CLI flags). Ray
+itself is imported only when a :class:`RayBackend` starts.
+"""
+from __future__ import annotations
+
+import functools
+
 from .base import AbstractBackend
-from .graph import GraphedStep
-from .local import LocalBackend, evaluate
-from .ray import RayBackend, RayConfig  # Ray itself is imported only when a RayBackend starts
+from .local import LocalBackend
+from .ray import RayBackend, RayConfig
+from .recipe import Fitness, Recipe
 
-BACKENDS = {"local": LocalBackend, "ray": RayBackend}
-BACKEND_CONFIGS = {"ray": RayConfig}  # backends configured by a frozen dataclass (its fields become flags)
+BACKENDS: dict[str, type[AbstractBackend]] = {"local": LocalBackend, "ray": RayBackend}
 
 
-def make_backend(name: str, options: dict | None = None) -> AbstractBackend:
-    """The backend called ``name``, configured by ``options`` (fields of its config dataclass)."""
+def get_backend(name: str) -> type[AbstractBackend]:
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}")
-    if name in BACKEND_CONFIGS:
-        return BACKENDS[name](BACKEND_CONFIGS[name](**(options or {})))
-    if options:
-        raise ValueError(f"backend {name!r} takes no options, got {sorted(options)}")
-    return BACKENDS[name]()
+    return BACKENDS[name]
 
 
-__all__ = ["AbstractBackend", "BACKENDS", "BACKEND_CONFIGS", "GraphedStep", "LocalBackend", "RayBackend", "RayConfig",
-           "evaluate", "make_backend"]
+def backend_factory(name: str, options: dict | None = None):
+    """``recipe -> backend`` for the backend called ``name`` with ``options`` (fields of its
+    ``Config``), checked now: a bad option fails before anything is built or started."""
+    cls = get_backend(name)
+    options = dict(options or {})
+    config_cls = getattr(cls, "Config", None)
+    if config_cls is None:
+        if options:
+            raise ValueError(f"backend {name!r} takes no options, got {sorted(options)}")
+        return cls
+    return functools.partial(cls, config=config_cls(**options))
+
+
+__all__ = ["AbstractBackend", "BACKENDS", "Fitness", "LocalBackend", "RayBackend", "RayConfig", "Recipe",
+           "backend_factory", "get_backend"]

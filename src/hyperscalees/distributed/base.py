@@ -1,37 +1,65 @@
-"""What a backend is: the thing that turns one step's population into its fitness.
+"""What a backend is: a population -> fitness evaluator handed a recipe, the same for every backend.
 
-The engine receives a backend and never evaluates members itself:
+    backend = hs.LocalBackend(recipe)              # or hs.RayBackend(recipe, workers=2)
+    for _ in range(steps):
+        metrics = backend.step()                   # evaluate on workers, shape, update everywhere
+    model = backend.model                          # the driver's weights after the last step
+    backend.close()
 
-    pop = es.ask()
-    fitness = backend.evaluate(es, fitness_fn, chunk)   # (P,) or (P, G)
-    metrics = backend.update(es, es.shape(fitness))     # every replica applies the same update
-
-``fitness_fn(model, lo, hi)`` runs the perturbed model on member-major inputs for members
-[lo, hi) and returns their scores, (hi - lo,) or (hi - lo, G). The in-process backend
-(``local.py``) loops over chunks; a distributed one hands the same chunks to workers that
-rebuild the same noise from seeds, so the result is the same, bit for bit.
+The recipe (``recipe.py``) builds ``(es, fitness)`` from scratch; the backend calls it once
+on the driver (``backend.es``, ``backend.fitness``) and, for a distributed backend, once on
+every worker. A step is :meth:`evaluate` (the whole population's fitness, chunk by chunk,
+wherever the backend runs chunks), ``es.shape`` on the driver, then :meth:`update` wherever
+a replica of the model lives. Since noise is a pure function of seeds and every replica
+applies the same update to the same state, backends differ in speed, never in the weights.
 """
 from __future__ import annotations
 
-from typing import Callable
+from torch import Tensor
 
-from torch import Tensor, nn
-
-FitnessFn = Callable[[nn.Module, int, int], Tensor]
+from ..nn.evaluate import check_chunk
+from ..strategies.metrics import StepMetrics
+from ..strategies.shaping import check_fitness, fitness_stats
+from .recipe import Recipe, cook
 
 
 class AbstractBackend:
-    def start(self, cfg, task, es) -> None:
-        """Called by the engine once before the first step, with the run's config, task and ES
-        (a distributed backend starts workers that build the same ones; in-process: nothing)."""
+    """The driver's strategy and fitness, built from ``recipe``; subclasses say where chunks run."""
 
-    def evaluate(self, es, fitness_fn: FitnessFn, chunk: int | None = None) -> Tensor:
-        """Fitness of the whole current population: (P,) or (P, G), on the CPU."""
+    name = "abstract"
+
+    def __init__(self, recipe: Recipe, chunk: int | None = None):
+        self.recipe = recipe
+        self.es, self.fitness = cook(recipe)
+        self.chunk = None if chunk is None else check_chunk(chunk, self.es.population)
+
+    @property
+    def model(self):
+        """The driver's model (after the last step's update)."""
+        return self.es.model
+
+    def evaluate(self) -> Tensor:
+        """Fitness (P,) or (P, G) of the current step's whole population."""
         raise NotImplementedError
 
-    def update(self, es, shaped: Tensor) -> dict[str, float]:
+    def update(self, shaped: Tensor) -> StepMetrics:
         """Apply the step's update from shaped fitness wherever a replica of the model lives."""
-        return es.update(shaped)
+        return self.es.update(shaped)
+
+    def step(self) -> StepMetrics:
+        """One ES step: evaluate, shape on the driver, update everywhere; the step's metrics."""
+        fitness = check_fitness(self.evaluate(), self.es.population)
+        return self.update(self.es.shape(fitness)) | fitness_stats(fitness)
+
+    def report(self) -> dict:
+        """What the backend counted over the run (workers, retries, bytes); {} in-process."""
+        return {}
 
     def close(self) -> None:
         """Release workers (nothing to do in-process)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

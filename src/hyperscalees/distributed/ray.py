@@ -26,13 +26,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from .base import AbstractBackend, FitnessFn
+from ..nn.evaluate import join_chunks
+from .base import AbstractBackend
 from .coordinator import ChunkQueue, ChunkTimes, Counters, split
-from .replica import Replica, ReplicaDrift, state_hash
+from .recipe import check_distributable, fitness_state
+from .replica import Replica, ReplicaDrift, coordinator_state, state_hash
 from . import wire
 
 log = logging.getLogger("hyperscalees.distributed")
@@ -51,7 +53,6 @@ class RayConfig:
     dashboard: bool = False                 # start Ray's dashboard (local Ray only, on 127.0.0.1)
     temp_dir: str | None = None             # Ray's session files (local Ray only; default: Ray's)
     startup_timeout: float = 300.0          # seconds to wait for the workers to come up
-    faults: dict = field(default_factory=dict, compare=False)  # tests: {slot: Replica faults}
 
     def __post_init__(self):
         if self.workers < 1:
@@ -115,10 +116,30 @@ def stop_ray() -> None:
 
 
 class RayBackend(AbstractBackend):
-    """Chunks pulled by ``config.workers`` Ray actors; bit-identical to :class:`LocalBackend`."""
+    """Chunks pulled by Ray worker actors, each a :class:`Replica` built from the recipe;
+    bit-identical to :class:`~.local.LocalBackend`.
 
-    def __init__(self, config: RayConfig | None = None):
-        self.config = config or RayConfig()
+    ``RayBackend(recipe, workers=2, address=None, ...)`` (the fields of :class:`RayConfig`, or
+    ``config=RayConfig(...)``). Workers start on the first step, from the driver's state at
+    that moment (so a resumed run's workers start from the checkpoint). ``replica``: the
+    actor class, a :class:`Replica` or a subclass of it.
+    """
+
+    name = "ray"
+    Config = RayConfig
+
+    def __init__(self, recipe, config: RayConfig | None = None, *, chunk: int | None = None,
+                 replica: type = Replica, **options):
+        if config is not None and options:
+            raise TypeError(f"give config=RayConfig(...) or its fields, not both (got {sorted(options)})")
+        self.config = config or RayConfig(**options)
+        super().__init__(recipe, chunk)
+        check_distributable(self.fitness)
+        device = next(self.es.model.parameters()).device
+        if device.type == "cuda" and not self.config.gpus_per_worker:
+            raise ValueError(f"a model on {device} needs gpus_per_worker > 0 on Ray workers (Ray hides GPUs "
+                             "from actors that reserve none)")
+        self.replica_cls = replica
         self.counters, self.times = Counters(), ChunkTimes(self.config.straggler_timeout)
         self.rejected = self.drift_repairs = self.restarts = 0
         self.step_times: dict[int, float] = {}
@@ -127,30 +148,26 @@ class RayBackend(AbstractBackend):
         self.generation: dict[int, int] = {}
         self.inflight: dict[object, tuple] = {}       # ref -> (slot, generation, step, chunk)
         self.updates: list = []                       # refs of updates not yet read
-        self.es = self.task = self.cfg = None
         self._owns_ray = False
         self._workers_at_close = 0
         self._ray = None
         self._state = (None, None)                    # (step, object ref) of the shared state
 
     # -- life cycle ------------------------------------------------------------------------
-    def start(self, cfg, task, es) -> None:
-        state = task.state_dict()
-        if state and not task.merges_chunks():
-            raise ValueError(f"the ray backend cannot run task {task.name!r}: its fitness accumulates state "
-                             f"({', '.join(sorted(state))}) but it cannot merge the workers' chunks "
-                             "(AbstractTask.apply_chunk_log); use --backend local")
-        device = cfg.engine.device
-        if device is not None and device.startswith("cuda") and not self.config.gpus_per_worker:
-            raise ValueError(f"--device {device} on Ray workers needs --gpus-per-worker > 0 (Ray hides GPUs "
-                             "from actors that reserve none)")
-        self.cfg, self.task, self.es = cfg, task, es
+    @property
+    def started(self) -> bool:
+        return self._ray is not None
+
+    def start(self) -> None:
+        """Start (or connect to) Ray and the workers; the first step does it if nobody did."""
+        if self.started:
+            return
         self._owns_ray = start_ray(self.config)
         self._ray = import_ray(local=self.config.address is None)
         ray = self._ray
-        self._actor_cls = ray.remote(Replica).options(num_cpus=self.config.cpus_per_worker,
-                                                      num_gpus=self.config.gpus_per_worker, max_restarts=0,
-                                                      max_task_retries=0)
+        self._actor_cls = ray.remote(self.replica_cls).options(num_cpus=self.config.cpus_per_worker,
+                                                               num_gpus=self.config.gpus_per_worker, max_restarts=0,
+                                                               max_task_retries=0)
         for slot in range(self.config.workers):
             self._spawn(slot)
         try:
@@ -166,16 +183,14 @@ class RayBackend(AbstractBackend):
         """The coordinator's current state in Ray's object store, made once per step."""
         step, ref = self._state
         if step != self.es.step or ref is None:
-            sd = self.es.state_dict()
-            ref = self._ray.put({"model": sd["model"], "strategy": sd["strategy"], "task": self.task.state_dict()})
+            ref = self._ray.put(coordinator_state(self.es, self.fitness))
             self._state = (self.es.step, ref)
         return ref
 
     def _spawn(self, slot: int) -> None:
         gen = self.generation.get(slot, -1) + 1
         self.generation[slot] = gen
-        faults = self.config.faults.get(slot) if gen == 0 else None
-        self.actors[slot] = self._actor_cls.remote(self.cfg.to_dict(), self._state_ref(), 1, faults)
+        self.actors[slot] = self._actor_cls.remote(self.recipe, self._state_ref(), 1, slot, gen)
 
     def _lost(self, slot: int, why: str) -> None:
         """Worker ``slot`` died: start a new one from the coordinator's state, or go on with fewer."""
@@ -207,14 +222,12 @@ class RayBackend(AbstractBackend):
         self._ray = None
 
     # -- one step ----------------------------------------------------------------------------
-    def evaluate(self, es, fitness_fn: FitnessFn, chunk: int | None = None):
-        if es is not self.es:
-            raise RuntimeError("RayBackend.evaluate needs start(cfg, task, es) first, with this ES "
-                               "(the engine calls it)")
+    def evaluate(self):
+        self.start()
+        es = self.es
         t0 = time.perf_counter()
         self._drain_updates()
-        self.task.begin_step(es.model, es.step)  # what a fitness call would set up first
-        queue = ChunkQueue(es.step, split(es.population, chunk or self.default_chunk(es.population)),
+        queue = ChunkQueue(es.step, split(es.population, self.chunk or self.default_chunk(es.population)),
                            self.times, self.counters)
         while not queue.done:
             busy = {v[0] for v in self.inflight.values()}
@@ -232,14 +245,11 @@ class RayBackend(AbstractBackend):
             for ref in ready:
                 self._collect(ref, queue)
         self.step_times[es.step] = time.perf_counter() - t0
-        parts = [values for values, _ in queue.results()]
-        for _, chunk_log in queue.results():  # in member order: the operations of the in-process run
-            if chunk_log is not None:
-                self.task.apply_chunk_log(chunk_log)
-        if len({p.shape[1:] for p in parts}) > 1:
-            shapes = sorted({tuple(p.shape) for p in parts})
-            raise ValueError(f"the task's fitness returned different shapes per chunk: {shapes}")
-        return torch.cat(parts)
+        results = queue.results()
+        added = [state for _, state in results]
+        if any(state is not None for state in added):  # in member order: the operations of one process
+            self.fitness.merge(es.model, es.step, added)
+        return join_chunks([values for values, _ in results])
 
     def default_chunk(self, population: int) -> int:
         """Two chunks per worker (whole antithetic pairs): a straggler's chunk is half its share."""
@@ -286,17 +296,18 @@ class RayBackend(AbstractBackend):
             return
         queue.complete(c.index, slot, (msg.values, chunk_log))
 
-    def update(self, es, shaped):
+    def update(self, shaped):
+        es = self.es
         shaped = torch.as_tensor(shaped).float().cpu().reshape(-1)
         encoding = wire.TERNARY if wire.ternary_scale(shaped) is not None else wire.F32
         message = wire.encode(wire.SHAPED, es.step, 0, shaped, encoding)  # lossless either way
         metrics = es.update(shaped)
         k = self.config.hash_every
         expected = state_hash(es.model) if k and es.step % k == 0 else None
-        task_state = self.task.state_dict()
-        task_state = self._ray.put(task_state) if task_state else None  # merged: every chunk's share
+        state = fitness_state(self.fitness)
+        state = self._ray.put(state) if state else None  # merged: every chunk's share
         for slot, actor in self.actors.items():
-            self.updates.append((slot, self.generation[slot], actor.update.remote(message, expected, task_state)))
+            self.updates.append((slot, self.generation[slot], actor.update.remote(message, expected, state)))
             self.bytes_out += len(message)
         return metrics
 

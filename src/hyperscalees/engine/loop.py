@@ -17,13 +17,14 @@ import sys
 import time
 from dataclasses import asdict
 from functools import partial
+from typing import Callable
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from ..distributed import LocalBackend
 from ..nn import EGGROLL, OpenES
-from ..strategies.shaping import fitness_stats
 from ..tasks import AbstractTask, get_task
 from .checkpoint import (META_FILE, checkpoint_step, has_checkpoint, load_checkpoint, load_checkpoint_config,
                          remove_orphans, save_checkpoint)
@@ -31,6 +32,7 @@ from .config import TrainConfig, check_device
 from .files import BadFileError, check_directory, exclusive
 from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
+from .recipe import TaskRecipe
 
 MODULE_ES = {"eggroll": EGGROLL, "open_es": OpenES}
 # what a strategy's or a model's load_state_dict raises on a state of another shape
@@ -50,13 +52,15 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     return task, model, es
 
 
-def run(cfg: TrainConfig, backend) -> dict:
+def run(cfg: TrainConfig, backend: Callable | None = None) -> dict:
     """Train ``cfg.engine.steps`` steps in total (or until the time budget or a signal); return a summary.
 
-    ``backend`` turns each step's population into fitness (``hyperscalees.distributed``; the CLI
-    builds it) and applies the update wherever replicas live. ``summary["signal"]`` names the
-    SIGINT/SIGTERM that ended the run early (None otherwise); the run was still checkpointed if
-    it has a run directory.
+    ``backend``: ``recipe -> backend`` (a backend class, or ``distributed.backend_factory``'s
+    result; default: ``LocalBackend``). It is handed this run's recipe (``recipe.py``), turns
+    each step's population into fitness, applies the update wherever replicas live, and is
+    closed when the run ends; its ``report()`` lands in ``summary["backend"]``.
+    ``summary["signal"]`` names the SIGINT/SIGTERM that ended the run early (None otherwise);
+    the run was still checkpointed if it has a run directory.
     """
     t0, eng = time.perf_counter(), cfg.engine
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
@@ -65,21 +69,22 @@ def run(cfg: TrainConfig, backend) -> dict:
             flag = "--out" if eng.out else "--resume"
             stack.enter_context(exclusive(check_directory(out, flag)))  # one writer per run directory
             _refuse_existing_run(out, cfg)
-        task, model, es = build(cfg)
+        backend = (backend or LocalBackend)(TaskRecipe(cfg.to_dict()), chunk=eng.chunk)
+        stack.callback(backend.close)
+        es, task = backend.es, backend.fitness.task
+        model = es.model
         if eng.resume:
-            _resume(es, task, cfg)
+            _resume(es, task, cfg)  # before the first step: workers start from the resumed state
         if out:
             remove_orphans(out)  # the files of a save a kill interrupted
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
-        backend.start(cfg, task, es)  # after the resume: workers start from the resumed state
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
                                    disable=eng.json or not sys.stderr.isatty()) as bar:
             while es.step < eng.steps and not stop.requested:
                 ts = time.perf_counter()
-                fitness = backend.evaluate(es, partial(task.fitness, step=es.step), eng.chunk)
-                stats = dict(backend.update(es, es.shape(fitness)) | fitness_stats(fitness))  # read: one sync
+                stats = dict(backend.step())  # read: one sync
                 _check_finite(model, es.step, out)
                 step_time = time.perf_counter() - ts
                 out_of_time = eng.time_budget is not None and \
@@ -106,6 +111,8 @@ def run(cfg: TrainConfig, backend) -> dict:
             stopped = signal_name(stop.signum)
         summary = _finish(cfg, task, es, out, metrics, stopped, t0)
         summary["signal"] = signal_name(stop.signum) if stop.requested else None
+        if backend.report():
+            summary["backend"] = backend.report()
     return summary
 
 

@@ -168,6 +168,14 @@ class AbstractStrategy:
         metrics = self.update(pop, self.shape(pop, raw, weights))
         return metrics | fitness_stats(raw)
 
+    def set_step(self, step: int) -> None:
+        """Move to ``step`` and forget the cached noise store (it belongs to another step).
+
+        For code that ran a step's update outside :meth:`update`, e.g. a replayed CUDA graph
+        (``nn/graph.py``), or that must roll one back."""
+        self.step = int(step)
+        self._store = None
+
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"step": self.step, "rule": self.rule.state_dict()}

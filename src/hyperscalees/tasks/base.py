@@ -113,25 +113,32 @@ class AbstractTask:
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned; stateless tasks have nothing to restore."""
 
-    # -- distributed runs: a task whose fitness accumulates state -------------------------
-    # Workers evaluate chunks; the coordinator runs no fitness, yet must end each step with the
-    # state an in-process run would have. Such a task sets ``record_chunks`` on workers, returns
-    # what one fitness call added from :meth:`chunk_log`, and :meth:`apply_chunk_log` adds it on
-    # the coordinator (chunks in member order, so the same operations in the same order).
-    # :meth:`begin_step` is what fitness does first at a step (the coordinator calls it).
-    def begin_step(self, model: nn.Module, step: int) -> None:
-        """Per-step set-up a fitness call would do (nothing by default)."""
+    # -- the fitness a backend runs ------------------------------------------------------
+    def make_fitness(self) -> "TaskFitness":
+        """The fitness object a backend's recipe hands out (``distributed/recipe.py``): this task's
+        :meth:`fitness`, with its state. Tasks whose fitness accumulates state that workers must
+        merge return a richer one (RL: ``tasks/rl/fitness.py``)."""
+        return TaskFitness(self)
 
-    def chunk_log(self) -> dict | None:
-        """What the last fitness call added to the task state (None: stateless)."""
-        return None
 
-    def apply_chunk_log(self, log: dict) -> None:
-        raise NotImplementedError(f"task {self.name!r} cannot merge state accumulated on workers")
+class TaskFitness:
+    """A task's :meth:`~AbstractTask.fitness` as a backend's fitness object, with the task's state.
 
-    @classmethod
-    def merges_chunks(cls) -> bool:
-        return cls.apply_chunk_log is not AbstractTask.apply_chunk_log
+    Its ``state_dict`` is the task's: a task that accumulates state without a ``merge`` is
+    refused by distributed backends (they could not keep it consistent), and runs in-process.
+    """
+
+    def __init__(self, task: AbstractTask):
+        self.task = task
+
+    def __call__(self, model: nn.Module, lo: int, hi: int, step: int) -> Tensor:
+        return self.task.fitness(model, lo, hi, step=step)
+
+    def state_dict(self) -> dict:
+        return self.task.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.task.load_state_dict(state)
 
 
 def make_options(cls: type, values: dict):

@@ -49,7 +49,7 @@ def _fused(params: list[Tensor]) -> dict:
     """``fused=True`` where torch has a one-pass kernel for these tensors (Adam's default path
     makes ~10 passes over every parameter; the fused kernel is one). On CUDA also
     ``capturable=True``: the step count stays on the device, so a CUDA graph can replay the
-    step (distributed/graph.py) and no step reads a device value on the host."""
+    step (nn/graph.py) and no step reads a device value on the host."""
     kinds = {p.device.type for p in params}
     ok = kinds <= {"cpu", "cuda"} and len(kinds) == 1 and all(p.dtype in _FUSED_DTYPES for p in params)
     if not ok:

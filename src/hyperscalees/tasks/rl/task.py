@@ -98,8 +98,6 @@ class RLTask(AbstractTask):
         self.env_steps = 0
         self._steps_seen = 0  # env_steps at the last progress() call
         self._envs: dict[int, object] = {}
-        self.record_chunks = False  # a distributed worker sets it: fitness keeps what it added (chunk_log)
-        self._chunk_log: dict | None = None
 
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
@@ -127,7 +125,7 @@ class RLTask(AbstractTask):
             return pair_keys(fold_in(self.seed, step), (first.view(-1, 1) + torch.arange(e)).reshape(-1))
         return pair_keys(fold_in(self.seed, step), torch.arange(e).repeat(hi - lo))
 
-    def _sync_stats(self, model: nn.Module, step: int) -> None:
+    def sync_stats(self, model: nn.Module, step: int) -> None:
         """Fold the previous steps' observations in and hand the frozen statistics to the policy."""
         if step > self.stats_step:
             self.stats.fold()
@@ -139,28 +137,17 @@ class RLTask(AbstractTask):
             norm.std.copy_(std.to(norm.std.device))
 
     def fitness(self, model: nn.Module, lo: int, hi: int, step: int = 0) -> Tensor:
-        self._sync_stats(model, step)
-        self.stats.log = [] if self.record_chunks else None
+        self.sync_stats(model, step)
         with torch_threads(self.options.threads):
             ep = rollout(model, self._env((hi - lo) * self.options.episodes), self.episode_keys(step, lo, hi),
                          self.max_steps, self.stats if self.options.normalize else None)
         self.env_steps += ep.env_steps
-        if self.record_chunks:
-            self._chunk_log = {"obs": self.stats.log, "env_steps": ep.env_steps}
-        self.stats.log = None
         return ep.returns.view(hi - lo, self.options.episodes)
 
-    # -- distributed: a coordinator that runs no rollout keeps the same state -------------
-    def begin_step(self, model: nn.Module, step: int) -> None:
-        self._sync_stats(model, step)
-
-    def chunk_log(self) -> dict | None:
-        log, self._chunk_log = self._chunk_log, None
-        return log
-
-    def apply_chunk_log(self, log: dict) -> None:
-        self.stats.replay(log["obs"])
-        self.env_steps += int(log["env_steps"])
+    def make_fitness(self) -> "ObservationStatsFitness":
+        """Fitness whose observation sums workers can merge (``fitness.py``)."""
+        from .fitness import ObservationStatsFitness
+        return ObservationStatsFitness(self)
 
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()

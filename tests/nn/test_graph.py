@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import hyperscalees as hs
-from hyperscalees.distributed.graph import GraphedStep
+from hyperscalees.nn.graph import GraphedStep
 
 from graph_emulator import RecordedGraph
 
@@ -108,7 +108,7 @@ def test_a_step_that_reads_a_device_value_falls_back_with_a_warning():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_real_cuda_graph_equals_eager():
-    from hyperscalees.distributed.graph import CudaGraphCapture
+    from hyperscalees.nn.graph import CudaGraphCapture
 
     def go(enabled):
         torch.manual_seed(0)

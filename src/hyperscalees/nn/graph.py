@@ -29,8 +29,7 @@ from ..noise.keys import mix_int
 from ..noise.sampling import param_epoch_key, sampler, static_keys
 from ..strategies.metrics import StepMetrics
 from ..strategies.rules.torch_optim import OptimizerRule
-from .base import FitnessFn
-from .local import evaluate
+from .evaluate import FitnessFn, evaluate
 
 
 class CudaGraphCapture:
@@ -125,8 +124,7 @@ class GraphedStep:
         self._write_keys()
         self.graph.replay()
         strategy = self.es.strategy
-        strategy.step += 1
-        strategy._store = None
+        strategy.set_step(strategy.step + 1)  # the replay ran the update; the host's counter follows
         return self._metrics(strategy.step)
 
     def _capture(self) -> StepMetrics:
@@ -138,7 +136,7 @@ class GraphedStep:
             with static_keys(self._buffers):
                 self.outputs = graph.capture(self._eager_step)
         except Exception as err:  # anything the capture cannot hold: run eagerly from now on
-            strategy.step, strategy._store = step, None
+            strategy.set_step(step)
             self.reason = f"capture failed: {type(err).__name__}: {err}"
             warnings.warn(f"GraphedStep: {self.reason}; running eagerly", RuntimeWarning)
             return self._eager_step()

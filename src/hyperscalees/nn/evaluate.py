@@ -1,0 +1,57 @@
+"""The in-process chunk loop: a population's fitness, ``chunk`` members per perturbed forward.
+
+A chunk is whole antithetic pairs run as one forward; noise is a pure function of (seed,
+step, parameter, pair), so any chunking gives the same noise. This is the loop every
+backend runs somewhere: in this process (``hs.LocalBackend``) or on a worker's replica.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+FitnessFn = Callable[[nn.Module, int, int], Tensor]
+
+
+def check_chunk(chunk: int | None, population: int) -> int:
+    """``chunk`` (default: the whole population) after checking it is whole antithetic pairs."""
+    chunk = population if chunk is None else chunk
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 2 or chunk % 2:
+        raise ValueError(f"chunk must be an even number >= 2 (whole antithetic pairs), got {chunk!r}")
+    return chunk
+
+
+def check_chunk_fitness(f, lo: int, hi: int) -> Tensor:
+    """A chunk's fitness as a float tensor (hi - lo,) or (hi - lo, G); a ValueError names the chunk."""
+    f = torch.as_tensor(f)
+    if f.dim() not in (1, 2) or f.shape[0] != hi - lo:
+        raise ValueError(f"fitness returned shape {tuple(f.shape)} for members [{lo}, {hi}); expected "
+                         f"({hi - lo},) or ({hi - lo}, G)")
+    return f.float()
+
+
+def join_chunks(parts: list[Tensor]) -> Tensor:
+    """The chunks' fitness, in member order, as one tensor (every chunk must have the same G)."""
+    if len({tuple(p.shape[1:]) for p in parts}) > 1:
+        shapes = sorted({tuple(p.shape) for p in parts})
+        raise ValueError(f"fitness returned different shapes per chunk: {shapes}; expected the same G for every chunk")
+    device = parts[0].device
+    return torch.cat([p.to(device) for p in parts])
+
+
+def evaluate(es, fitness_fn: FitnessFn, chunk: int | None = None) -> Tensor:
+    """Fitness (P,) or (P, G) of ``es``'s current population, ``chunk`` members per forward.
+
+    ``fitness_fn(model, lo, hi)`` runs ``es.model`` (already perturbed for members
+    [lo, hi)) on member-major inputs and returns their (hi - lo,) or (hi - lo, G) scores.
+    The result stays on the device: a copy to the host would wait for the whole queue.
+    """
+    n = es.population
+    chunk = check_chunk(chunk, n)
+    parts = []
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        with es.perturbed((lo, hi)):
+            parts.append(check_chunk_fitness(fitness_fn(es.model, lo, hi), lo, hi))
+    return join_chunks(parts)
