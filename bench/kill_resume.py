@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from hyperscalees.distributed import evaluate
+from hyperscalees.nn.evaluate import evaluate
 from hyperscalees.engine import build, load_checkpoint, make_config, read_rows, save_checkpoint
 from hyperscalees.engine.checkpoint import STEP_FILE, committed_files
 from hyperscalees.engine.files import TMP_PATTERN

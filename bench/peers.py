@@ -36,7 +36,7 @@ import torch
 
 from hyperscalees.benchmarks.base import Report, environment, in_subprocess
 from hyperscalees.cli.allocator import keep_freed_memory_env
-from hyperscalees.distributed import evaluate
+from hyperscalees.nn.evaluate import evaluate
 from hyperscalees.nn import EGGROLL
 from peer_drivers import DRIVERS, minimal_step  # bench/ is on sys.path: this script's directory
 

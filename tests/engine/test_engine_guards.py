@@ -18,26 +18,26 @@ def config(**engine):
 
 
 def test_a_finished_run_is_not_overwritten_unless_asked(tmp_path):
-    run(config(out=str(tmp_path)), LocalBackend())
+    run(config(out=str(tmp_path)), LocalBackend)
     with pytest.raises(ValueError, match=r"already holds a run \(checkpoint at step 3\).*--resume.*--overwrite"):
-        run(config(out=str(tmp_path), steps=5), LocalBackend())
+        run(config(out=str(tmp_path), steps=5), LocalBackend)
     assert load_checkpoint(tmp_path).step == 3
-    run(config(out=str(tmp_path), steps=2, overwrite=True), LocalBackend())
+    run(config(out=str(tmp_path), steps=2, overwrite=True), LocalBackend)
     assert load_checkpoint(tmp_path).step == 2 and [r["step"] for r in read_rows(tmp_path / "metrics.jsonl")] == [1, 2]
-    run(config(out=str(tmp_path), resume=str(tmp_path), steps=4), LocalBackend())  # --resume into itself is fine
+    run(config(out=str(tmp_path), resume=str(tmp_path), steps=4), LocalBackend)  # --resume into itself is fine
     assert load_checkpoint(tmp_path).step == 4
 
 
 def test_out_must_be_a_directory(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(BadFileError, match="is a file, not a run directory"):
-        run(config(out=str(tmp_path / "file")), LocalBackend())
+        run(config(out=str(tmp_path / "file")), LocalBackend)
 
 
 def test_resuming_past_the_target_step_is_refused_clearly(tmp_path):
-    run(config(out=str(tmp_path), steps=4), LocalBackend())
+    run(config(out=str(tmp_path), steps=4), LocalBackend)
     with pytest.raises(ValueError, match=r"already at step 4, past --steps 2; give --steps 4 or more"):
-        run(config(resume=str(tmp_path), steps=2), LocalBackend())
+        run(config(resume=str(tmp_path), steps=2), LocalBackend)
     assert load_checkpoint(tmp_path).step == 4
 
 
@@ -58,31 +58,31 @@ def poison_at(monkeypatch, step):
 def test_non_finite_weights_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path, monkeypatch):
     poison_at(monkeypatch, 5)
     with pytest.raises(DivergedError, match=r"non-finite at step 5 \(0\.weight\).*checkpoint of step 4 .* is kept"):
-        run(config(out=str(tmp_path), steps=8, checkpoint_every=2), LocalBackend())
+        run(config(out=str(tmp_path), steps=8, checkpoint_every=2), LocalBackend)
     ck = load_checkpoint(tmp_path)
     assert ck.step == 4 and all(torch.isfinite(v).all() for v in ck.model.values())
 
 
 def test_a_torn_last_metrics_line_is_dropped_and_a_bad_middle_line_is_named(tmp_path):
-    run(config(out=str(tmp_path), steps=2), LocalBackend())
+    run(config(out=str(tmp_path), steps=2), LocalBackend)
     path = tmp_path / "metrics.jsonl"
     with open(path, "a") as f:
         f.write('{"step": 3, "fitness_me')  # a crash in the middle of an append
-    run(config(resume=str(tmp_path), steps=3), LocalBackend())
+    run(config(resume=str(tmp_path), steps=3), LocalBackend)
     assert [r["step"] for r in read_rows(path)] == [1, 2, 3]
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], "{oops", *lines[1:]]) + "\n")
     with pytest.raises(BadFileError, match=r"metrics\.jsonl' line 2 is not valid JSON"):
-        run(config(resume=str(tmp_path), steps=4), LocalBackend())
+        run(config(resume=str(tmp_path), steps=4), LocalBackend)
 
 
 def test_files_of_interrupted_saves_are_removed_at_the_next_start(tmp_path):
-    run(config(out=str(tmp_path), steps=2), LocalBackend())
+    run(config(out=str(tmp_path), steps=2), LocalBackend)
     stale = ["model-000007.safetensors", "strategy-000007.safetensors", ".model-000007.safetensors.99.abcd.tmp",
              ".checkpoint.json.99.abcd.tmp", "task-000005.pt"]  # the last: an earlier version's pickle
     for name in stale:
         (tmp_path / name).write_bytes(b"half")
-    run(config(resume=str(tmp_path), steps=3), LocalBackend())
+    run(config(resume=str(tmp_path), steps=3), LocalBackend)
     names = {p.name for p in tmp_path.iterdir()}
     assert not names & set(stale)
     assert {"model-000003.safetensors", "strategy-000003.safetensors", "task-000003.safetensors"} <= names
@@ -91,5 +91,5 @@ def test_files_of_interrupted_saves_are_removed_at_the_next_start(tmp_path):
 def test_two_processes_never_write_one_run(tmp_path):
     with exclusive(tmp_path):
         with pytest.raises(BadFileError, match="another process is writing"):
-            run(config(out=str(tmp_path)), LocalBackend())
-    run(config(out=str(tmp_path)), LocalBackend())  # released: fine again
+            run(config(out=str(tmp_path)), LocalBackend)
+    run(config(out=str(tmp_path)), LocalBackend)  # released: fine again

@@ -31,7 +31,7 @@ def config(**engine):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("uninterrupted")
-    run(config(out=str(out)), LocalBackend())
+    run(config(out=str(out)), LocalBackend)
     return out
 
 
@@ -41,7 +41,7 @@ def test_a_kill_inside_a_save_leaves_the_last_commit_and_resume_is_exact(tmp_pat
     res = run_killed(kill_at, [*FLAGS, "--out", str(out), "--json"])
     assert res.returncode == -signal.SIGKILL, res.stderr
     assert load_checkpoint(out).step == (2 if kill_at <= COMMIT else 4)
-    summary = run(config(resume=str(out)), LocalBackend())
+    summary = run(config(resume=str(out)), LocalBackend)
     assert summary["steps"] == 6
     assert_same_run(reference, out)
     assert leftovers(out) == []

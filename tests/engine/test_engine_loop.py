@@ -14,7 +14,7 @@ from hyperscalees.strategies import ESConfig
 
 def test_metrics_files_have_one_row_per_step_and_a_png(tmp_path):
     engine = {"steps": 7, "eval_every": 3, "out": str(tmp_path)}
-    summary = run(make_config("poly", es={"population": 32}, engine=engine), LocalBackend())
+    summary = run(make_config("poly", es={"population": 32}, engine=engine), LocalBackend)
     rows = read_rows(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 8))
     assert [r["step"] for r in rows if "mse" in r] == [3, 6, 7]  # every 3 steps and at the end
@@ -29,25 +29,25 @@ def test_metrics_files_have_one_row_per_step_and_a_png(tmp_path):
 
 def test_missing_matplotlib_skips_the_plot_with_a_message(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
-    summary = run(make_config("xor", es={"population": 16}, engine={"steps": 2, "out": str(tmp_path)}), LocalBackend())
+    summary = run(make_config("xor", es={"population": 16}, engine={"steps": 2, "out": str(tmp_path)}), LocalBackend)
     assert summary["paths"]["plot"] is None and not (tmp_path / "curve.png").exists()
     assert any("matplotlib is not installed" in n for n in summary["notes"])
 
 
 def test_time_budget_stops_early():
-    summary = run(make_config("xor", es={"population": 16}, engine={"steps": 50, "time_budget": 1e-6}), LocalBackend())
+    summary = run(make_config("xor", es={"population": 16}, engine={"steps": 50, "time_budget": 1e-6}), LocalBackend)
     assert summary["steps"] == 1 and summary["stopped"] == "time_budget"
     assert "mse" in summary["metrics"]
 
 
 def test_chunked_evaluation_matches_whole_population():
-    a = run(make_config("xor", es={"population": 64, "seed": 2}, engine={"steps": 3}), LocalBackend())
-    b = run(make_config("xor", es={"population": 64, "seed": 2}, engine={"steps": 3, "chunk": 16}), LocalBackend())
+    a = run(make_config("xor", es={"population": 64, "seed": 2}, engine={"steps": 3}), LocalBackend)
+    b = run(make_config("xor", es={"population": 64, "seed": 2}, engine={"steps": 3, "chunk": 16}), LocalBackend)
     assert a["metrics"]["mse"] == pytest.approx(b["metrics"]["mse"], rel=1e-4)
 
 
 def test_summary_is_json_serialisable_and_complete():
-    s = run(make_config("xor", es={"population": 16}, engine={"steps": 2}), LocalBackend())
+    s = run(make_config("xor", es={"population": 16}, engine={"steps": 2}), LocalBackend)
     back = json.loads(json.dumps(s))
     assert {"task", "steps", "metrics", "wall_time", "paths", "solved", "stopped"} <= set(back)
     assert back["steps"] == 2 and back["paths"] == {}

@@ -33,8 +33,8 @@ def test_a_signal_checkpoints_the_run_and_resume_is_exact(tmp_path, sig, code):
     summary = json.loads(stdout.splitlines()[-1])
     assert summary["stopped"] == sig.name and summary["signal"] == sig.name and summary["steps"] == step
     # continue to step + 3 and compare with a run that was never interrupted
-    run(make_config("xor", es=ES, engine={"steps": step + 3, "resume": str(out)}), LocalBackend())
-    run(make_config("xor", es=ES, engine={"steps": step + 3, "out": str(tmp_path / "straight")}), LocalBackend())
+    run(make_config("xor", es=ES, engine={"steps": step + 3, "resume": str(out)}), LocalBackend)
+    run(make_config("xor", es=ES, engine={"steps": step + 3, "out": str(tmp_path / "straight")}), LocalBackend)
     assert_same_run(tmp_path / "straight", out)
 
 
@@ -49,7 +49,7 @@ def test_a_second_ctrl_c_stops_at_once_without_damage(tmp_path):
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted by SIGINT" in stderr
     step = load_checkpoint(out).step  # whichever save the second signal cut short, a commit is there
-    summary = run(make_config("xor", es=ES, engine={"steps": step + 2, "resume": str(out), "checkpoint_every": 1}), LocalBackend())
+    summary = run(make_config("xor", es=ES, engine={"steps": step + 2, "resume": str(out), "checkpoint_every": 1}), LocalBackend)
     assert summary["steps"] == step + 2
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 

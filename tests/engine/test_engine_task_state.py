@@ -66,10 +66,10 @@ def config(**engine):
 
 
 def test_task_state_is_saved_and_a_resumed_run_matches_an_uninterrupted_one(tmp_path, stateful_task):
-    run(config(out=str(tmp_path / "straight")), LocalBackend())
-    run(config(steps=3, out=str(tmp_path / "resumed")), LocalBackend())
+    run(config(out=str(tmp_path / "straight")), LocalBackend)
+    run(config(steps=3, out=str(tmp_path / "resumed")), LocalBackend)
     assert load_checkpoint(tmp_path / "resumed").task["count"] == 3
-    run(config(resume=str(tmp_path / "resumed")), LocalBackend())
+    run(config(resume=str(tmp_path / "resumed")), LocalBackend)
     assert_same_run(tmp_path / "straight", tmp_path / "resumed")
     # eval restores the task state too: its metrics are those of the finished run
     _, task, model, _ = load_run(tmp_path / "resumed")
@@ -78,9 +78,9 @@ def test_task_state_is_saved_and_a_resumed_run_matches_an_uninterrupted_one(tmp_
 
 def test_without_its_state_the_resumed_run_would_differ(tmp_path, stateful_task, monkeypatch):
     """The check above has teeth: dropping the task state on resume changes the trajectory."""
-    run(config(out=str(tmp_path / "straight")), LocalBackend())
-    run(config(steps=3, out=str(tmp_path / "resumed")), LocalBackend())
+    run(config(out=str(tmp_path / "straight")), LocalBackend)
+    run(config(steps=3, out=str(tmp_path / "resumed")), LocalBackend)
     monkeypatch.setattr(NormalisedInputsTask, "load_state_dict", lambda self, state: None)
-    run(config(resume=str(tmp_path / "resumed")), LocalBackend())
+    run(config(resume=str(tmp_path / "resumed")), LocalBackend)
     with pytest.raises(AssertionError):
         assert_same(load_checkpoint(tmp_path / "straight").model, load_checkpoint(tmp_path / "resumed").model)

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from hyperscalees.functional import (EMB_PARAM, EXCLUDED, MM_PARAM, PARAM, AltEggRollNoiser, EggRollBSNoiser,
-                                     EggRollNoiser, NoopNoiser, OpenESNoiser, simple_es_tree_key)
+from hyperscalees.functional import (EMB_PARAM, EXCLUDED, MM_PARAM, PARAM, AltEGGROLLNoiser, EGGROLLBSNoiser,
+                                     EGGROLLNoiser, NoopNoiser, OpenESNoiser, simple_es_tree_key)
 from hyperscalees.functional.threads import leaf_population, noise_name
 from hyperscalees.noise.sampling import lowrank_factors
 
@@ -53,7 +53,7 @@ def get(params, k):
     return params["blk"]["tmm"] if k == "tmm" else params[k]
 
 
-@pytest.mark.parametrize("noiser,rank", [(EggRollNoiser, 1), (EggRollNoiser, 3), (OpenESNoiser, 1)])
+@pytest.mark.parametrize("noiser,rank", [(EGGROLLNoiser, 1), (EGGROLLNoiser, 3), (OpenESNoiser, 1)])
 def test_sgd_update_equals_brute_force(noiser, rank):
     params, es_map, keys = make_tree()
     frozen, nparams = noiser.init_noiser(params, SIGMA, LR, rank=rank, noise_reuse=2)
@@ -74,9 +74,9 @@ def test_sgd_update_equals_brute_force(noiser, rank):
 
 def test_alteggroll_uses_sign_factors():
     params, es_map, keys = make_tree()
-    frozen, nparams = AltEggRollNoiser.init_noiser(params, SIGMA, LR, rank=2)
+    frozen, nparams = AltEGGROLLNoiser.init_noiser(params, SIGMA, LR, rank=2)
     f = torch.randn(N, generator=torch.Generator().manual_seed(2))
-    _, new = AltEggRollNoiser.do_updates(frozen, nparams, params, keys, f, (EPOCH, range(N)), es_map)
+    _, new = AltEGGROLLNoiser.do_updates(frozen, nparams, params, keys, f, (EPOCH, range(N)), es_map)
     pop = leaf_population(frozen, SIGMA, keys["mm"], EPOCH, N)
     a, b = lowrank_factors(pop, noise_name(frozen), 5, 4, torch.arange(N // 2))
     s = torch.tensor([1.0, -1.0]).repeat(N // 2)
@@ -84,25 +84,25 @@ def test_alteggroll_uses_sign_factors():
     want = params["mm"] + LR * math.sqrt(N) * (f.view(N, 1, 1) * e).mean(0)
     torch.testing.assert_close(new["mm"], want, rtol=1e-5, atol=1e-6)
     # the non-matrix leaf keeps the Gaussian full-rank update
-    pert = member_perturbations(EggRollNoiser, *EggRollNoiser.init_noiser(params, SIGMA, LR, rank=2), params, keys)
+    pert = member_perturbations(EGGROLLNoiser, *EGGROLLNoiser.init_noiser(params, SIGMA, LR, rank=2), params, keys)
     torch.testing.assert_close(new["bias"], params["bias"] - LR * brute_grads(pert, f)["bias"])
 
 
 def test_adam_state_threads_through_noiser_params_like_a_persistent_optimizer():
     params, es_map, keys = make_tree()
-    frozen, nparams = EggRollNoiser.init_noiser(params, SIGMA, LR, solver="adam", solver_kwargs={"b1": 0.8, "b2": 0.99})
+    frozen, nparams = EGGROLLNoiser.init_noiser(params, SIGMA, LR, solver="adam", solver_kwargs={"b1": 0.8, "b2": 0.99})
     names = ["bias", "emb", "mm", "stack", "tmm"]
     masters = {k: get(params, k).clone() for k in names}
     opt = torch.optim.Adam([masters[k] for k in names], lr=LR, betas=(0.8, 0.99))
     cur, cur_np = params, nparams
     for epoch in range(3):
         f = torch.randn(N, generator=torch.Generator().manual_seed(10 + epoch))
-        grads = brute_grads(member_perturbations(EggRollNoiser, frozen, cur_np, cur, keys, epoch), f)
+        grads = brute_grads(member_perturbations(EGGROLLNoiser, frozen, cur_np, cur, keys, epoch), f)
         for k in names:
             masters[k].grad = grads[k]
         opt.step()
-        first = EggRollNoiser.do_updates(frozen, cur_np, cur, keys, f, (epoch, range(N)), es_map)
-        again = EggRollNoiser.do_updates(frozen, cur_np, cur, keys, f, (epoch, range(N)), es_map)
+        first = EGGROLLNoiser.do_updates(frozen, cur_np, cur, keys, f, (epoch, range(N)), es_map)
+        again = EGGROLLNoiser.do_updates(frozen, cur_np, cur, keys, f, (epoch, range(N)), es_map)
         cur_np, cur = first
         for k in names:
             torch.testing.assert_close(get(cur, k), masters[k], rtol=1e-5, atol=1e-6)
@@ -111,20 +111,20 @@ def test_adam_state_threads_through_noiser_params_like_a_persistent_optimizer():
 
 def test_lr_schedule_and_adamw_defaults():
     params, es_map, keys = make_tree()
-    frozen, nparams = EggRollNoiser.init_noiser(params, SIGMA, lambda step: 0.0 if step == 0 else LR, solver="adamw")
+    frozen, nparams = EGGROLLNoiser.init_noiser(params, SIGMA, lambda step: 0.0 if step == 0 else LR, solver="adamw")
     assert frozen["solver_kwargs"]["weight_decay"] == 1e-4
     f = torch.randn(N)
-    np1, p1 = EggRollNoiser.do_updates(frozen, nparams, params, keys, f, (0, range(N)), es_map)
+    np1, p1 = EGGROLLNoiser.do_updates(frozen, nparams, params, keys, f, (0, range(N)), es_map)
     torch.testing.assert_close(p1["mm"], params["mm"], rtol=0, atol=0)       # lr(0) = 0
-    _, p2 = EggRollNoiser.do_updates(frozen, np1, p1, keys, f, (1, range(N)), es_map)
+    _, p2 = EGGROLLNoiser.do_updates(frozen, np1, p1, keys, f, (1, range(N)), es_map)
     assert (p2["mm"] - p1["mm"]).abs().max() > 1e-3
 
 
 def test_freeze_nonlora_and_noop():
     params, es_map, keys = make_tree()
     f = torch.randn(N)
-    frozen, nparams = EggRollNoiser.init_noiser(params, SIGMA, LR, freeze_nonlora=True)
-    _, new = EggRollNoiser.do_updates(frozen, nparams, params, keys, f, (0, range(N)), es_map)
+    frozen, nparams = EGGROLLNoiser.init_noiser(params, SIGMA, LR, freeze_nonlora=True)
+    _, new = EGGROLLNoiser.do_updates(frozen, nparams, params, keys, f, (0, range(N)), es_map)
     assert new["bias"] is params["bias"] and new["skip"] is params["skip"]
     assert (new["mm"] - params["mm"]).abs().max() > 1e-4
     frozen, nparams = NoopNoiser.init_noiser(params, SIGMA, LR)
@@ -136,21 +136,21 @@ def test_freeze_nonlora_and_noop():
 
 def test_identical_pair_scores_give_no_update():
     params, es_map, keys = make_tree()
-    frozen, nparams = EggRollNoiser.init_noiser(params, SIGMA, LR)
+    frozen, nparams = EGGROLLNoiser.init_noiser(params, SIGMA, LR)
     f = torch.randn(N // 2).repeat_interleave(2)
-    _, new = EggRollNoiser.do_updates(frozen, nparams, params, keys, f, (0, range(N)), es_map)
+    _, new = EGGROLLNoiser.do_updates(frozen, nparams, params, keys, f, (0, range(N)), es_map)
     torch.testing.assert_close(new["mm"], params["mm"], rtol=0, atol=1e-6)
 
 
 def test_eggrollbs_update_over_directions_with_clipping():
     params, es_map, keys = make_tree()
     g = 8
-    frozen, nparams = EggRollBSNoiser.init_noiser(params, SIGMA, LR, group_size=g)
+    frozen, nparams = EGGROLLBSNoiser.init_noiser(params, SIGMA, LR, group_size=g)
     raw = torch.randn(3 * g, generator=torch.Generator().manual_seed(4))
-    f = EggRollBSNoiser.convert_fitnesses(frozen, nparams, raw)
+    f = EGGROLLBSNoiser.convert_fitnesses(frozen, nparams, raw)
     assert f.shape == (g,) and f[:2].abs().max() == 0
-    _, new = EggRollBSNoiser.do_updates(frozen, nparams, params, keys, f, (EPOCH, range(g)), es_map)
-    grads = brute_grads(member_perturbations(EggRollBSNoiser, frozen, nparams, params, keys), f)
+    _, new = EGGROLLBSNoiser.do_updates(frozen, nparams, params, keys, f, (EPOCH, range(g)), es_map)
+    grads = brute_grads(member_perturbations(EGGROLLBSNoiser, frozen, nparams, params, keys), f)
     norm = math.sqrt(sum(float(v.pow(2).sum()) for v in grads.values()))
     clip = min(1.0, 1.0 / (norm + 1e-6))
     for k, v in grads.items():
@@ -159,20 +159,20 @@ def test_eggrollbs_update_over_directions_with_clipping():
 
 def test_update_errors():
     params, es_map, keys = make_tree()
-    frozen, nparams = EggRollNoiser.init_noiser(params, SIGMA, LR)
+    frozen, nparams = EGGROLLNoiser.init_noiser(params, SIGMA, LR)
     f = torch.randn(N)
     with pytest.raises(ValueError, match="entries"):
-        EggRollNoiser.do_updates(frozen, nparams, params, keys, f[:6], (0, range(N)), es_map)
+        EGGROLLNoiser.do_updates(frozen, nparams, params, keys, f[:6], (0, range(N)), es_map)
     with pytest.raises(ValueError, match="1-D"):
-        EggRollNoiser.do_updates(frozen, nparams, params, keys, f.view(2, 4), (0, range(N)), es_map)
+        EGGROLLNoiser.do_updates(frozen, nparams, params, keys, f.view(2, 4), (0, range(N)), es_map)
     with pytest.raises(ValueError, match="even count"):
-        EggRollNoiser.do_updates(frozen, nparams, params, keys, f[:7], (0, range(7)), es_map)
+        EGGROLLNoiser.do_updates(frozen, nparams, params, keys, f[:7], (0, range(7)), es_map)
     with pytest.raises(ValueError, match="0, 1, ..."):
-        EggRollNoiser.do_updates(frozen, nparams, params, keys, f, (0, range(2, 10)), es_map)
+        EGGROLLNoiser.do_updates(frozen, nparams, params, keys, f, (0, range(2, 10)), es_map)
     with pytest.raises(ValueError, match="finite"):
-        EggRollNoiser.do_updates(frozen, nparams, params, keys, torch.full((N,), float("nan")), (0, range(N)), es_map)
+        EGGROLLNoiser.do_updates(frozen, nparams, params, keys, torch.full((N,), float("nan")), (0, range(N)), es_map)
     with pytest.raises(ValueError, match="None"):
-        EggRollNoiser.do_updates(frozen, nparams, params, keys, f, None, es_map)
+        EGGROLLNoiser.do_updates(frozen, nparams, params, keys, f, None, es_map)
 
 
 @pytest.fixture
@@ -182,8 +182,8 @@ def restore_threads():
     torch.set_num_threads(n)
 
 
-@pytest.mark.parametrize("noiser,kw", [(EggRollNoiser, {"solver": "adam", "rank": 2}),
-                                       (EggRollBSNoiser, {"group_size": 4})])
+@pytest.mark.parametrize("noiser,kw", [(EGGROLLNoiser, {"solver": "adam", "rank": 2}),
+                                       (EGGROLLBSNoiser, {"group_size": 4})])
 def test_update_bits_do_not_depend_on_thread_count(noiser, kw, restore_threads):
     """Leaves big enough that the estimate's GEMMs and the clip's sums are split over threads."""
     g = torch.Generator().manual_seed(3)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hyperscalees.ops._reference import gradient_reference
-from hyperscalees.strategies import REGISTRY, EggRollStrategy, ESMode, OpenESStrategy
+from hyperscalees.strategies import STRATEGIES, EGGROLLStrategy, ESMode, OpenESStrategy
 
 from es_helpers import make, member_params, unit_noise
 
@@ -17,10 +17,10 @@ def small_params(seed=0):
             "frozen": torch.randn(3, generator=g), "e": torch.randn(7, 3, generator=g)}
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
 @pytest.mark.parametrize("rank,chunk", [(1, 4096), (2, 3), (3, 1)])
 def test_gradient_estimate_equals_brute_force(name, rank, chunk):
-    s = make(REGISTRY[name], small_params(), MODES, population=10, sigma=0.07, rank=rank, shaping="raw",
+    s = make(STRATEGIES[name], small_params(), MODES, population=10, sigma=0.07, rank=rank, shaping="raw",
              update_chunk=chunk, seed=5)
     pop = s.ask()
     f = torch.randn(10, generator=torch.Generator().manual_seed(rank))
@@ -33,11 +33,11 @@ def test_gradient_estimate_equals_brute_force(name, rank, chunk):
     assert lowrank == ({"w": True, "b": False, "e": True} if name == "eggroll" else dict.fromkeys(got, False))
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_chunked_update_equals_unchunked(name):
     grads = []
     for chunk in (1, 3, 7, 4096):
-        s = make(REGISTRY[name], small_params(), MODES, population=32, sigma=0.1, rank=2, update_chunk=chunk)
+        s = make(STRATEGIES[name], small_params(), MODES, population=32, sigma=0.1, rank=2, update_chunk=chunk)
         grads.append(s.gradient_estimate(torch.linspace(-1, 1, 32).flip(0)))
     for g in grads[1:]:
         for n in g:
@@ -48,7 +48,7 @@ def test_materialized_members_have_unit_variance_entries():
     """σ/√r scaling: A Bᵀ/√r has unit-variance entries whatever the rank."""
     for rank in (1, 4):
         params = {"w": torch.zeros(16, 16)}
-        s = make(EggRollStrategy, params, {"w": ESMode.MM_PARAM}, population=2048, sigma=1.0, rank=rank)
+        s = make(EGGROLLStrategy, params, {"w": ESMode.MM_PARAM}, population=2048, sigma=1.0, rank=rank)
         eps = unit_noise(s, "w", s.ask())                   # (P, 16, 16)
         assert abs(float(eps.var()) - 1) < 0.03
         assert torch.equal(eps[0::2], -eps[1::2])
@@ -73,7 +73,7 @@ def objective(kind):
 
 
 @pytest.mark.parametrize("kind", ["quadratic", "linear"])
-@pytest.mark.parametrize("cls,rank", [(EggRollStrategy, 1), (EggRollStrategy, 4), (OpenESStrategy, 1)])
+@pytest.mark.parametrize("cls,rank", [(EGGROLLStrategy, 1), (EGGROLLStrategy, 4), (OpenESStrategy, 1)])
 def test_estimator_expectation_matches_analytic_gradient(cls, rank, kind):
     start, f, grad = objective(kind)
     s = make(cls, start, {"w": ESMode.MM_PARAM, "b": ESMode.PARAM}, population=P_LARGE, sigma=0.05,
@@ -99,7 +99,7 @@ def test_estimator_expectation_matches_analytic_gradient(cls, rank, kind):
 def test_unit_variance_distributions_are_unbiased_too(distribution, rank):
     """E[vec(ε)vec(ε)ᵀ] = I holds for any zero-mean unit-variance factors, not only Gaussians."""
     start, f, grad = objective("linear")
-    s = make(EggRollStrategy, start, {"w": ESMode.MM_PARAM, "b": ESMode.PARAM}, population=1 << 13,
+    s = make(EGGROLLStrategy, start, {"w": ESMode.MM_PARAM, "b": ESMode.PARAM}, population=1 << 13,
              sigma=0.05, rank=rank, shaping="raw", distribution=distribution)
     est = s.gradient_estimate(f(member_params(s, s.ask())))
     ghat = torch.cat([est[n].flatten() for n in ("w", "b")])
@@ -109,11 +109,11 @@ def test_unit_variance_distributions_are_unbiased_too(distribution, rank):
     assert cos >= 0.9 and abs(proj - 1) < 0.1
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_same_shaped_layers_get_independent_noise(name):
     """One seed per run, not per layer: equal-shaped layers must not share (or mirror) their draws."""
     params = {f"layer{i}.weight": torch.zeros(16, 16) for i in range(3)}
-    s = make(REGISTRY[name], params, dict.fromkeys(params, ESMode.MM_PARAM), population=512, sigma=0.1, rank=1)
+    s = make(STRATEGIES[name], params, dict.fromkeys(params, ESMode.MM_PARAM), population=512, sigma=0.1, rank=1)
     pop = s.ask()
     eps = [unit_noise(s, n, pop).flatten() for n in params]          # (P*256,) each
     for i in range(3):

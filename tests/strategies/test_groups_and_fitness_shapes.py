@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hyperscalees.ops._reference import gradient_reference
-from hyperscalees.strategies import EggRollStrategy, ESMode, OpenESStrategy
+from hyperscalees.strategies import EGGROLLStrategy, ESMode, OpenESStrategy
 from hyperscalees.strategies.shaping import centered_rank, episode_weighted_z_score, z_score
 
 from es_helpers import make, unit_noise
@@ -21,7 +21,7 @@ def params():
 
 
 # -- parameter groups ---------------------------------------------------------------------------
-@pytest.mark.parametrize("cls", [EggRollStrategy, OpenESStrategy])
+@pytest.mark.parametrize("cls", [EGGROLLStrategy, OpenESStrategy])
 def test_each_group_steps_with_its_own_lr(cls):
     p = params()
     groups = [{"params": ["w"], "lr": 0.3}, {"params": "v", "lr": 0.01, "name": "vec"}]
@@ -38,7 +38,7 @@ def test_each_group_steps_with_its_own_lr(cls):
 
 def test_group_sigma_scale_scales_the_noise_and_keeps_the_estimate_unbiased():
     p = params()
-    s = make(EggRollStrategy, p, MODES, population=10, sigma=0.1, rank=2, shaping="raw",
+    s = make(EGGROLLStrategy, p, MODES, population=10, sigma=0.1, rank=2, shaping="raw",
              groups=[{"params": ["w", "b"], "sigma_scale": 2.5}])
     pop = s.ask()
     store = s.store(pop)
@@ -52,7 +52,7 @@ def test_group_sigma_scale_scales_the_noise_and_keeps_the_estimate_unbiased():
 
 def test_group_weight_decay_applies_to_that_group_only():
     p = params()
-    s = make(EggRollStrategy, p, MODES, population=8, sigma=0.1, lr=0.1, optimizer="adamw",
+    s = make(EGGROLLStrategy, p, MODES, population=8, sigma=0.1, lr=0.1, optimizer="adamw",
              groups=[{"params": "b", "weight_decay": 0.5}])
     s.tell(torch.zeros(8))  # equal fitness: ĝ = 0, only decay moves anything
     assert torch.equal(p["w"], params()["w"]) and torch.equal(p["v"], params()["v"])
@@ -70,12 +70,12 @@ def test_group_weight_decay_applies_to_that_group_only():
 ])
 def test_group_errors_name_the_bad_value(groups, err, match):
     with pytest.raises(err, match=match):
-        make(EggRollStrategy, params(), MODES, population=8, groups=groups)
+        make(EGGROLLStrategy, params(), MODES, population=8, groups=groups)
 
 
 # -- fitness (P, G) ---------------------------------------------------------------------------
 def strategy(**kw):
-    return make(EggRollStrategy, params(), MODES, **({"population": 8, "sigma": 0.1, "shaping": "centered_rank"} | kw))
+    return make(EGGROLLStrategy, params(), MODES, **({"population": 8, "sigma": 0.1, "shaping": "centered_rank"} | kw))
 
 
 def test_group_fitness_mean_shapes_the_members_mean_score():

@@ -1,17 +1,17 @@
-"""One suite over strategies.REGISTRY x optimizers: the contract every strategy keeps."""
+"""One suite over strategies.STRATEGIES x optimizers: the contract every strategy keeps."""
 import copy
 
 import pytest
 import torch
 
-from hyperscalees.strategies import REGISTRY, ESMode
+from hyperscalees.strategies import STRATEGIES, ESMode
 
 from es_helpers import loss, make, sphere
 
 OPTIMIZERS = ["sgd", "adam", "adamw", "muon"]
 LR = {"sgd": 0.05, "adam": 0.05, "adamw": 0.05, "muon": 0.05}
 MODES = {"w": ESMode.MM_PARAM, "b": ESMode.PARAM, "frozen": ESMode.EXCLUDED}
-SUITE = [(n, o) for n in sorted(REGISTRY) for o in OPTIMIZERS]
+SUITE = [(n, o) for n in sorted(STRATEGIES) for o in OPTIMIZERS]
 
 
 def params(dtype=torch.float32, seed=0):
@@ -27,7 +27,7 @@ def targets():
 
 def build(name, opt, p, **kw):
     cfg = dict(population=32, sigma=0.1, rank=2, lr=LR[opt], optimizer=opt, seed=1, shaping="centered_rank")
-    return make(REGISTRY[name], p, MODES, **(cfg | kw))
+    return make(STRATEGIES[name], p, MODES, **(cfg | kw))
 
 
 def run(s, steps, tgt):
@@ -153,7 +153,7 @@ def test_tiny_updates_accumulate_in_bf16_through_fp32_masters():
     name, lr = "eggroll", 1e-3
     w = torch.ones(4, 4, dtype=torch.bfloat16)
     assert torch.equal(w + lr, w)                            # a naive bf16 update would be lost
-    s = make(REGISTRY[name], {"w": w}, {"w": ESMode.MM_PARAM}, population=64, sigma=0.01, lr=lr,
+    s = make(STRATEGIES[name], {"w": w}, {"w": ESMode.MM_PARAM}, population=64, sigma=0.01, lr=lr,
              optimizer="adam", shaping="centered_rank")
     tgt = {"w": torch.full((4, 4), 2.0)}                     # pulls every entry upward
     run(s, 50, tgt)
@@ -162,7 +162,7 @@ def test_tiny_updates_accumulate_in_bf16_through_fp32_masters():
     assert float(moved.min()) > 0 and float(moved.mean()) > 0.02
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_weight_decay_shrinks_weights_without_signal(name):
     p = params()
     before = {n: t.clone() for n, t in p.items()}

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hyperscalees.ops._reference import gradient_reference
-from hyperscalees.strategies import EggRollStrategy, ESMode, OpenESStrategy
+from hyperscalees.strategies import EGGROLLStrategy, ESMode, OpenESStrategy
 
 from es_helpers import make, sphere, unit_noise
 
@@ -20,7 +20,7 @@ def params():
 TGT = {"w": torch.ones(6, 5), "b": torch.ones(6)}
 
 
-@pytest.mark.parametrize("cls", [EggRollStrategy, OpenESStrategy])
+@pytest.mark.parametrize("cls", [EGGROLLStrategy, OpenESStrategy])
 def test_sgd_step_is_lr_times_estimate_with_decay_and_schedule(cls):
     lr0, decay = 0.1, 0.8
     sched = lambda t: 1.0 / (1 + t)
@@ -39,7 +39,7 @@ def test_sgd_step_is_lr_times_estimate_with_decay_and_schedule(cls):
 
 
 def test_sigma_decay_and_schedule():
-    s = make(EggRollStrategy, params(), MODES, population=8, sigma=0.2, sigma_decay=0.9,
+    s = make(EGGROLLStrategy, params(), MODES, population=8, sigma=0.2, sigma_decay=0.9,
              sigma_schedule=lambda t: 2.0 if t >= 2 else 1.0)
     seen = []
     for t in range(4):
@@ -53,17 +53,17 @@ def test_sigma_decay_and_schedule():
 
 
 def test_lr_survives_resume():
-    s = make(EggRollStrategy, params(), MODES, population=8, sigma=0.1, lr=0.1, lr_decay=0.5, optimizer="sgd")
+    s = make(EGGROLLStrategy, params(), MODES, population=8, sigma=0.1, lr=0.1, lr_decay=0.5, optimizer="sgd")
     for _ in range(3):
         s.tell(sphere(s, TGT))
-    s2 = make(EggRollStrategy, params(), MODES, population=8, sigma=0.1, lr=0.1, lr_decay=0.5, optimizer="sgd")
+    s2 = make(EGGROLLStrategy, params(), MODES, population=8, sigma=0.1, lr=0.1, lr_decay=0.5, optimizer="sgd")
     s2.load_state_dict(s.state_dict())
     assert math.isclose(s2.current_lr(), 0.1 * 0.5 ** 3)
 
 
 @pytest.mark.parametrize("rank", [1, 3])
 def test_sign_update_uses_sign_factors(rank):
-    s = make(EggRollStrategy, params(), MODES, population=12, sigma=0.1, rank=rank, update="sign", shaping="raw")
+    s = make(EGGROLLStrategy, params(), MODES, population=12, sigma=0.1, rank=rank, estimator="sign", shaping="raw")
     pop = s.ask()
     f = torch.randn(12, generator=torch.Generator().manual_seed(1))
     est = s.gradient_estimate(f)
@@ -76,7 +76,7 @@ def test_sign_update_uses_sign_factors(rank):
 
 
 def test_baseline_members_center_their_group():
-    s = make(EggRollStrategy, params(), MODES, population=16, sigma=0.1, baseline_every=4, shaping="raw")
+    s = make(EGGROLLStrategy, params(), MODES, population=16, sigma=0.1, baseline_every=4, shaping="raw")
     pop = s.ask()
     assert pop.signs().reshape(-1)[[0, 1, 4, 5]].abs().sum() == 0
     f = torch.randn(16, generator=torch.Generator().manual_seed(2))
@@ -89,7 +89,7 @@ def test_baseline_members_center_their_group():
 
 
 def test_noise_reuse_repeats_the_draw_across_steps():
-    s = make(EggRollStrategy, params(), MODES, population=8, sigma=0.1, noise_reuse=2, lr=1e-3)
+    s = make(EGGROLLStrategy, params(), MODES, population=8, sigma=0.1, noise_reuse=2, lr=1e-3)
     draws = []
     for _ in range(3):
         pop = s.ask()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from hyperscalees.strategies import REGISTRY, SHAPINGS, EggRollStrategy, ESConfig, ESMode, metrics, shaping
+from hyperscalees.strategies import STRATEGIES, SHAPINGS, EGGROLLStrategy, ESConfig, ESMode, metrics, shaping
 from hyperscalees.strategies.shaping import (centered_rank, check_fitness, episode_weighted_z_score,
                                              get_shaping, group_normalize, pair_sign, raw, sanitize, z_score)
 
@@ -82,7 +82,7 @@ def test_raw_copies_and_registry_of_shapings():
 def small(**kw):
     g = torch.Generator().manual_seed(0)
     p = {"w": torch.randn(4, 3, generator=g), "b": torch.randn(4, generator=g)}
-    return p, make(EggRollStrategy, p, {"w": ESMode.MM_PARAM, "b": ESMode.PARAM},
+    return p, make(EGGROLLStrategy, p, {"w": ESMode.MM_PARAM, "b": ESMode.PARAM},
                    **(dict(population=16, sigma=0.1, lr=0.05) | kw))
 
 
@@ -169,7 +169,7 @@ def test_fitness_coercion():
         check_fitness(torch.ones(4, dtype=torch.bool), 4)
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_everything_excluded_raises(name):
     with pytest.raises(ValueError, match="no trainable"):
-        make(REGISTRY[name], {"w": torch.zeros(2, 2)}, {"w": ESMode.EXCLUDED})
+        make(STRATEGIES[name], {"w": torch.zeros(2, 2)}, {"w": ESMode.EXCLUDED})

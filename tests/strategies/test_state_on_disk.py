@@ -3,14 +3,14 @@ import pytest
 import torch
 
 from hyperscalees.engine.tree_io import read_tree, same_tree, write_tree
-from hyperscalees.strategies import REGISTRY, ESConfig, ESMode, ParamSpec
+from hyperscalees.strategies import STRATEGIES, ESConfig, ESMode, ParamSpec
 
 from es_helpers import sphere
 
 MODES = {"w": ESMode.MM_PARAM, "b": ESMode.PARAM, "frozen": ESMode.EXCLUDED}
 FLOAT_RULES = [("optimizer", o) for o in ("sgd", "adam", "adamw", "muon")]
 INT_RULES = [(r, "adam") for r in ("int_ztest", "int_sgd", "int_adamw", "int_muon")]
-SUITE = [(n, rule, opt) for n in sorted(REGISTRY) for rule, opt in FLOAT_RULES + INT_RULES]
+SUITE = [(n, rule, opt) for n in sorted(STRATEGIES) for rule, opt in FLOAT_RULES + INT_RULES]
 
 
 def params(rule, dtype=torch.float32):
@@ -28,7 +28,7 @@ def build(name, rule, opt, p):
                    shaping="pair_sign" if integer else "centered_rank",
                    distribution="int_uniform" if integer else "gaussian")
     specs = {n: ParamSpec(n, tuple(t.shape), MODES[n]) for n, t in p.items()}
-    return REGISTRY[name](p, specs, cfg)
+    return STRATEGIES[name](p, specs, cfg)
 
 
 def run(s, steps):

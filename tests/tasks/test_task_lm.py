@@ -155,11 +155,11 @@ def test_resume_is_bit_identical(tmp_path):
     es = {"population": 8, "seed": 3, "sigma": 0.05}
     full, part = tmp_path / "full", tmp_path / "part"
     run(make_config("lm", es=es, engine={"steps": 4, "out": str(full), "eval_every": 2}, options=SMALL),
-        LocalBackend())
+        LocalBackend)
     run(make_config("lm", es=es, engine={"steps": 2, "out": str(part), "eval_every": 2}, options=SMALL),
-        LocalBackend())
+        LocalBackend)
     run(make_config("lm", es=es, engine={"steps": 4, "resume": str(part), "eval_every": 2}, options=SMALL),
-        LocalBackend())
+        LocalBackend)
     a, b = load_run(full)[2].state_dict(), load_run(part)[2].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     sa, sb = load_checkpoint(full).task, load_checkpoint(part).task
@@ -209,10 +209,10 @@ def test_egg_run_resumes_bit_identically_and_saves_int8_losslessly(tmp_path):
     opts = {**SMALL, "model": "egg", "hidden": 8, "window": 8}
     es = {"population": 8, "seed": 1}
     full, part = tmp_path / "full", tmp_path / "part"
-    run(make_config("lm", es=es, engine={"steps": 4, "out": str(full), "eval_every": 4}, options=opts), LocalBackend())
-    run(make_config("lm", es=es, engine={"steps": 2, "out": str(part), "eval_every": 4}, options=opts), LocalBackend())
+    run(make_config("lm", es=es, engine={"steps": 4, "out": str(full), "eval_every": 4}, options=opts), LocalBackend)
+    run(make_config("lm", es=es, engine={"steps": 2, "out": str(part), "eval_every": 4}, options=opts), LocalBackend)
     run(make_config("lm", es=es, engine={"steps": 4, "resume": str(part), "eval_every": 4}, options=opts),
-        LocalBackend())
+        LocalBackend)
     cfg, task, model, step = load_run(full)
     assert cfg.es.update_rule == "int_sgd" and cfg.es.distribution == "int"   # TASK_ES_DEFAULTS over es_defaults
     saved = load_file(str(next(full.glob("model-*.safetensors"))))

@@ -4,5 +4,5 @@ from hyperscalees.engine import make_config, run
 
 
 def test_predict2_reaches_target():
-    summary = run(make_config("predict2", es={"seed": 0}), LocalBackend())
+    summary = run(make_config("predict2", es={"seed": 0}), LocalBackend)
     assert summary["metrics"]["abs_error"] < 0.05 and summary["solved"]

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..distributed import evaluate
+from ..nn.evaluate import evaluate
 from ..models import TinyLM, mlp
 from ..noise import native
 

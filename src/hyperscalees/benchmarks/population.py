@@ -17,7 +17,7 @@ import torch
 
 from ..nn.module_es import EGGROLL
 from ..strategies.config import ESConfig
-from ..distributed import evaluate
+from ..nn.evaluate import evaluate
 from ..models import mlp
 from .base import Report, environment, in_subprocess, measure_peak, side_by_side
 

@@ -67,7 +67,11 @@ def explicit(args: argparse.Namespace) -> frozenset[str]:
 def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, choices: dict | None = None,
                         helps: dict | None = None, skip: tuple[str, ...] = (),
                         metavars: dict | None = None) -> list[str]:
-    """Add one flag per field of dataclass ``cls`` to ``parser``; return the flag names."""
+    """Add one flag per field of dataclass ``cls`` to ``parser``; return the flag names.
+
+    A field's ``metadata`` ("help", "choices", "metavar": see ``tasks.base.option``) takes
+    precedence over the ``helps``/``choices``/``metavars`` tables, which serve dataclasses that
+    the command line owns (ES and engine settings)."""
     hints = typing.get_type_hints(cls)
     defaults, choices, helps, metavars = defaults or {}, choices or {}, helps or {}, metavars or {}
     added = []
@@ -76,7 +80,7 @@ def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, ch
             continue
         default = defaults.get(f.name, f.default if f.default is not MISSING else None)
         parse, is_bool = _parse_type(hints[f.name])
-        text = helps.get(f.name, "")
+        text = f.metadata.get("help", helps.get(f.name, ""))  # a field's own help wins
         flag, dest = flag_name(f.name), f"{part}.{f.name}"
         if is_bool and default:  # a switch that is on by default is turned off with --no-NAME
             flag = "--no-" + flag[2:]
@@ -84,11 +88,13 @@ def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, ch
         elif is_bool:
             parser.add_argument(flag, dest=dest, action=_StoreTrue, default=False, help=text)
         else:
-            opts = choices.get(f.name)
+            opts = f.metadata.get("choices", choices.get(f.name))
+            opts = tuple(opts()) if callable(opts) else opts
             if "default" not in text:
                 text = f"{text} (default: {default})".strip()
+            metavar = f.metadata.get("metavar", metavars.get(f.name, f.name.upper()))
             parser.add_argument(flag, dest=dest, action=StoreExplicit, type=parse, default=default, choices=opts,
-                                metavar=None if opts else metavars.get(f.name, f.name.upper()), help=text)
+                                metavar=None if opts else metavar, help=text)
         added.append(flag)
     return added
 

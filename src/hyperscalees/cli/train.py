@@ -19,7 +19,8 @@ from ..models import ACTIVATIONS
 from ..models.lm import LM_MODELS
 from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
 from ..ops.precision import PRECISIONS
-from ..strategies.config import OPTIMIZERS, UPDATES, ESConfig
+from ..strategies.config import ESTIMATORS, ESConfig
+from ..strategies.rules.optimizers import OPTIMIZERS
 from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
 from ..engine.backprop import run_backprop
@@ -30,8 +31,8 @@ from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, j
 TRAINERS = ("es", "backprop")
 BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
-ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
-              "update": UPDATES, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES),
+ES_CHOICES = {"optimizer": tuple(OPTIMIZERS), "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
+              "estimator": ESTIMATORS, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES),
               "update_precision": PRECISIONS}
 HELP = {
     # evolution strategy
@@ -48,7 +49,7 @@ HELP = {
     "noise_reuse": "steps sharing one noise draw (0: one draw for the whole run)",
     "distribution": f"noise distribution, all of std 1 except int (std ≈ {INT_SCALE}, an int8 table): "
                     f"with int use a σ about {INT_SCALE}x smaller",
-    "update": "mean: the ES estimate; sign: AltEggRoll's sign(A)·sign(B)ᵀ update",
+    "estimator": "mean: the ES estimate; sign: AltEGGROLL's sign(A)·sign(B)ᵀ estimate",
     "baseline_every": "K > 0: members i with i %% K in {0, 1} run unperturbed as a fitness baseline (0: none)",
     "update_chunk": "antithetic pairs regenerated at once in the update; bounds its memory",
     "noise_cache_mib": "MiB of a step's noise kept between chunks and the update (0: always regenerate)",
@@ -62,7 +63,6 @@ HELP = {
     "chunk": "members per forward pass (even); bounds memory",
     "group_fitness": "how (P, G) fitness becomes one score per member: mean over G, or shape each group alone",
     "update_rule": "how estimates move the weights (optimizer: a torch.optim optimizer steps -ĝ)",
-    "fallback_mib": "MiB of per-member parameter copies the generic vmap layer may make per forward",
     "deterministic": "let the update's GEMMs use every CPU thread: faster at T=1 on many cores, but its last "
                      "bits then depend on the thread count (by default they do not)",
     "update_precision": "operands of the update GEMM, accumulated in fp32: auto = the weights' bf16/fp16 or "
@@ -130,7 +130,7 @@ def register(subparsers) -> None:
 
 def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     """All flags of ``train TASK``: strategy, ES, engine and task options (names never collide)."""
-    parser.add_argument("--strategy", dest="run.strategy", action=StoreExplicit, choices=STRATEGIES,
+    parser.add_argument("--strategy", dest="run.strategy", action=StoreExplicit, choices=tuple(STRATEGIES),
                         default="eggroll", help="eggroll (low-rank) or open_es (full-rank) (default: eggroll)")
     parser.add_argument("--trainer", dest="run.trainer", action=StoreExplicit, choices=TRAINERS, default="es",
                         help="es: evolution strategies; backprop: Adam on the task's differentiable loss, the float "

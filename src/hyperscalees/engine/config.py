@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
+from ..strategies import STRATEGIES
 from ..strategies.config import ESConfig
 from ..tasks import get_task
 from ..tasks.base import make_options
 
-STRATEGIES = ("eggroll", "open_es")
 ES_TASK_DEFAULTS = ("population", "sigma", "rank", "lr", "optimizer")
 _NULLABLE_ENGINE = ("time_budget", "out", "resume", "device", "chunk")  # None is a meaningful value here
 
@@ -87,7 +87,7 @@ class TrainConfig:
     def __post_init__(self):
         task_cls = get_task(self.task)
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {STRATEGIES}")
+            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {sorted(STRATEGIES)}")
         # completed with the task's defaults, so a config made from flags and one made in
         # Python describe the same run with the same dict (and a resume can compare them)
         object.__setattr__(self, "options", asdict(make_options(task_cls.Options, self.options)))
@@ -99,12 +99,27 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> "TrainConfig":
         """The config ``to_dict`` wrote; a ValueError says what is missing or unknown."""
         try:
-            return cls(task=d["task"], strategy=d["strategy"], es=ESConfig(**d["es"]),
+            return cls(task=d["task"], strategy=d["strategy"], es=ESConfig(**_renamed_es(d["es"])),
                        engine=EngineConfig(**d["engine"]), options=dict(d.get("options", {})))
         except KeyError as e:
             raise ValueError(f"config has no {e.args[0]!r} entry") from None
         except TypeError as e:  # an unknown or misspelt field, or a part that is not a mapping
             raise ValueError(f"config does not match this version: {e}") from None
+
+
+# ES settings renamed or moved since checkpoints were first written: old name -> new name (None: gone)
+ES_RENAMES = {"update": "estimator", "fallback_mib": None}
+
+
+def _renamed_es(es: dict) -> dict:
+    """A saved run's ES settings under today's names (runs written before a rename still resume)."""
+    out = dict(es)
+    for old, new in ES_RENAMES.items():
+        if old in out:
+            value = out.pop(old)
+            if new is not None:
+                out.setdefault(new, value)
+    return out
 
 
 def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, engine: dict | None = None,

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from ..distributed import LocalBackend
-from ..nn import EGGROLL, OpenES
+from ..nn.module_es import facade_for
 from ..tasks import AbstractTask, get_task
 from .checkpoint import (META_FILE, checkpoint_step, has_checkpoint, load_checkpoint, load_checkpoint_config,
                          remove_orphans, save_checkpoint)
@@ -34,7 +34,6 @@ from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
 from .recipe import TaskRecipe
 
-MODULE_ES = {"eggroll": EGGROLL, "open_es": OpenES}
 # what a strategy's or a model's load_state_dict raises on a state of another shape
 _STATE_ERRORS = (KeyError, ValueError, TypeError, IndexError, RuntimeError, AttributeError)
 
@@ -48,7 +47,7 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     device = check_device(device or cfg.engine.resolved_device)
     task = get_task(cfg.task)(seed=cfg.es.seed, device=device, options=cfg.options)
     model = task.build_model()
-    es = MODULE_ES[cfg.strategy](model, **asdict(cfg.es), **task.es_options(model))
+    es = facade_for(cfg.strategy)(model, **asdict(cfg.es), **task.es_options(model))
     return task, model, es
 
 

@@ -2,10 +2,10 @@
 
 Dimensions: N threads in an update, G = group_size threads per group (one prompt).
 Three variants share the forward and differ only in the update or the fitness:
-``EggRollNoiser`` (the paper's), ``AltEggRollNoiser`` (sign-based update) and
-``EggRollBSNoiser`` (baseline subtraction: in each group of G threads, threads 0 and 1 run
+``EGGROLLNoiser`` (the paper's), ``AltEGGROLLNoiser`` (sign-based update) and
+``EGGROLLBSNoiser`` (baseline subtraction: in each group of G threads, threads 0 and 1 run
 unperturbed). The ``Noiser`` suffix keeps them apart from the module-level ``hs.EGGROLL``
-and ``strategies.EggRollStrategy``.
+and ``strategies.EGGROLLStrategy``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..strategies.shaping import sanitize
 from .noiser import AbstractNoiser, fitness_vector
 
 
-class AbstractEggRollNoiser(AbstractNoiser):
+class AbstractEGGROLLNoiser(AbstractNoiser):
     """EGGROLL's choice of noise, shared by its variants: matrices and embeddings low-rank, the rest dense."""
 
     @classmethod
@@ -29,20 +29,20 @@ class AbstractEggRollNoiser(AbstractNoiser):
         return None  # EXCLUDED, or PARAM frozen by freeze_nonlora (LLM runs evolve matrices only)
 
 
-class EggRollNoiser(AbstractEggRollNoiser):
+class EGGROLLNoiser(AbstractEGGROLLNoiser):
     """The paper's noiser. ``freeze_nonlora=True`` evolves only MM_PARAM/EMB_PARAM leaves."""
 
     name = "eggroll"
 
 
-class AltEggRollNoiser(AbstractEggRollNoiser):
+class AltEGGROLLNoiser(AbstractEGGROLLNoiser):
     """Same forward; the update uses σ/√r·f·sign(A) sign(B)ᵀ (Rademacher-like, from Gaussian draws)."""
 
     name = "alteggroll"
     sign_update = True
 
 
-class EggRollBSNoiser(AbstractEggRollNoiser):
+class EGGROLLBSNoiser(AbstractEGGROLLNoiser):
     """Baseline subtraction: thread t with t % G in {0, 1} is unperturbed, so each group of G
     threads carries its own baseline score.
 
@@ -65,7 +65,7 @@ class EggRollBSNoiser(AbstractEggRollNoiser):
         average over groups. ``num_episodes_list`` is not supported here.
         """
         if num_episodes_list is not None:
-            raise ValueError("EggRollBSNoiser.convert_fitnesses does not take num_episodes_list")
+            raise ValueError("EGGROLLBSNoiser.convert_fitnesses does not take num_episodes_list")
         f, _ = sanitize(fitness_vector(raw_scores, "raw_scores"))
         g = frozen["group_size"]
         if f.numel() % g:

@@ -53,9 +53,9 @@ class AbstractNoiser:
     """Shared machinery; concrete noisers only set :meth:`kind` and a few class flags."""
 
     name = "abstract"
-    baseline = False          # EggRollBSNoiser: threads with id % group_size in {0, 1} are unperturbed
-    sign_update = False       # AltEggRollNoiser: update with sign(A) sign(B)ᵀ
-    max_grad_norm = None      # EggRollBSNoiser clips the update's global norm (HyperscaleES: 1.0)
+    baseline = False          # EGGROLLBSNoiser: threads with id % group_size in {0, 1} are unperturbed
+    sign_update = False       # AltEGGROLLNoiser: update with sign(A) sign(B)ᵀ
+    max_grad_norm = None      # EGGROLLBSNoiser clips the update's global norm (HyperscaleES: 1.0)
 
     # -- setup ---------------------------------------------------------------------------
     @classmethod

@@ -24,9 +24,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ..strategies.rules.optimizers import SOLVER_CLASSES
 from ..strategies.shaping import fixed_sum
 
-SOLVERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+SOLVERS = SOLVER_CLASSES  # the optimizer registry's single-class entries
 
 
 def resolve_solver(solver, solver_kwargs: dict | None) -> tuple[Callable, dict]:

@@ -8,7 +8,7 @@ members, and every input is member-major (leading dim = P x rows per member).
 Dimensions: P members in the call, K = P/2 pairs, r rank.
 ``thread_ids`` must come in whole antithetic pairs: ``(2k, 2k+1), (2j, 2j+1), ...``. A
 contiguous even-aligned range is the common case; repeated pairs are allowed too, which
-is what EggRollBSNoiser's "thread id mod G" evaluation over many prompts needs.
+is what EGGROLLBSNoiser's "thread id mod G" evaluation over many prompts needs.
 
 A leaf's noise comes from the core: a :class:`NoiseStore` (budget 0, since nothing is kept
 between calls) over a :class:`Population` whose ``seed`` is the leaf's integer key and whose

@@ -17,7 +17,7 @@ from ..noise.population import Population
 from ..noise.store import NoiseStore
 from ..strategies.base import AbstractStrategy
 from ..strategies.config import ESConfig
-from ..strategies.eggroll import EggRollStrategy
+from ..strategies.eggroll import EGGROLLStrategy
 from ..strategies.metrics import StepMetrics
 from ..strategies.open_es import OpenESStrategy
 from .es_map import derive_specs, owned_parameters
@@ -29,7 +29,8 @@ class AbstractModuleES:
 
     ``groups``: torch-style parameter groups ``[{"params": [names or globs], "lr": .., "weight_decay": ..,
     "sigma_scale": ..}]``; ``update_rule``: a name in ``strategies.rules.RULES`` or a class or factory
-    ``(params, groups, config) -> rule`` replacing the torch.optim rule.
+    ``(params, groups, config) -> rule`` replacing the torch.optim rule; ``fallback_mib``: MiB of
+    per-member parameter copies the generic vmap layer (``nn/layers/fallback.py``) may make per forward.
     """
 
     strategy_cls: type[AbstractStrategy]
@@ -38,10 +39,13 @@ class AbstractModuleES:
                  lr: float = 0.01, optimizer: str = "adam", seed: int = 0, shaping="centered_rank",
                  es_map: dict | None = None, lr_schedule: Callable[[int], float] | None = None,
                  sigma_schedule: Callable[[int], float] | None = None, groups: list[dict] | None = None,
-                 update_rule: str | Callable | None = None, **config):
+                 update_rule: str | Callable | None = None, fallback_mib: float = 64.0, **config):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not fallback_mib >= 0:
+            raise ValueError(f"fallback_mib must be >= 0, got {fallback_mib!r}")
         self.model = model
+        self.fallback_mib = float(fallback_mib)  # MiB of per-member parameter copies the vmap layer may make
         shaping_name = shaping if isinstance(shaping, str) else "raw"
         factory = None
         if not isinstance(optimizer, str):  # a torch.optim class or any param groups -> optimizer callable
@@ -78,7 +82,7 @@ class AbstractModuleES:
     def perturbed(self, members: slice | tuple[int, int] | None = None):
         """Run members ``members`` (default: all) of the current population in one forward."""
         lo, hi = member_range(members, self.config.population)
-        with perturbation(self.model, self.store(), lo, hi, self.config.fallback_mib):
+        with perturbation(self.model, self.store(), lo, hi, self.fallback_mib):
             yield self
 
     def shape(self, fitness, weights=None) -> Tensor:
@@ -125,10 +129,22 @@ def member_range(members, population: int) -> tuple[int, int]:
 class EGGROLL(AbstractModuleES):
     """Low-rank ES (arXiv:2511.16652) for any module."""
 
-    strategy_cls = EggRollStrategy
+    strategy_cls = EGGROLLStrategy
 
 
 class OpenES(AbstractModuleES):
     """Full-rank ES with the same API (the naive baseline)."""
 
     strategy_cls = OpenESStrategy
+
+
+def facade_for(name: str) -> type[AbstractModuleES]:
+    """The module-level ES class of the strategy registered as ``name`` (``strategies.STRATEGIES``):
+    the public class where there is one (EGGROLL, OpenES), else a facade made for it."""
+    from ..strategies import STRATEGIES
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}")
+    for cls in AbstractModuleES.__subclasses__():
+        if cls.strategy_cls is STRATEGIES[name]:
+            return cls
+    return type(f"ModuleES_{name}", (AbstractModuleES,), {"strategy_cls": STRATEGIES[name]})

@@ -55,11 +55,6 @@ def clip8(x: Tensor) -> Tensor:
     return x.clamp(-QMAX, QMAX).to(torch.int8)
 
 
-def check_int8_range(x: Tensor, what: str) -> None:
-    if x.dtype.is_floating_point or x.dtype == torch.bool:
-        raise TypeError(f"{what}: expected an integer tensor, got {x.dtype}")
-
-
 def float32_is_exact(fan_in: int) -> bool:
     """True when any sum of ``fan_in`` int8 x int8 products is exact in float32 (< 2^24)."""
     return fan_in * QMAX * QMAX < FLOAT32_EXACT

@@ -2,15 +2,15 @@
 from ..noise.spec import ESMode, ParamSpec
 from .base import AbstractStrategy
 from .config import ESConfig
-from .eggroll import EggRollStrategy
+from .eggroll import EGGROLLStrategy
 from .groups import ParamGroup
 from .open_es import OpenESStrategy
 from .rules import RULES, AbstractUpdateRule, OptimizerRule
 from .metrics import StepMetrics
 from .shaping import SHAPINGS, centered_rank, group_normalize, pair_sign, raw, z_score
 
-REGISTRY = {"eggroll": EggRollStrategy, "open_es": OpenESStrategy}
+STRATEGIES = {s.name: s for s in (EGGROLLStrategy, OpenESStrategy)}  # the one registry of strategies
 
-__all__ = ["AbstractStrategy", "AbstractUpdateRule", "ESConfig", "ESMode", "EggRollStrategy", "OpenESStrategy",
-           "OptimizerRule", "ParamGroup", "ParamSpec", "REGISTRY", "RULES", "SHAPINGS", "StepMetrics", "centered_rank",
+__all__ = ["AbstractStrategy", "AbstractUpdateRule", "ESConfig", "ESMode", "EGGROLLStrategy", "OpenESStrategy",
+           "OptimizerRule", "ParamGroup", "ParamSpec", "STRATEGIES", "RULES", "SHAPINGS", "StepMetrics", "centered_rank",
            "group_normalize", "pair_sign", "raw", "z_score"]

@@ -138,7 +138,7 @@ class AbstractStrategy:
         # A non-finite shaped value (a custom shaping's bug) moves nothing: zeroed on the device,
         # since raising would need the host to read it (a synchronisation every step).
         shaped = torch.where(torch.isfinite(shaped), shaped, torch.zeros_like(shaped))
-        return estimate(store, shaped, self.trainable, self.config.update_chunk, self.config.update == "sign",
+        return estimate(store, shaped, self.trainable, self.config.update_chunk, self.config.estimator == "sign",
                         consume=consume, fixed=self.config.deterministic, precision=self._precisions)
 
     def update(self, pop: Population, shaped: Tensor) -> StepMetrics:

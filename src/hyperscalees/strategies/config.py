@@ -7,12 +7,11 @@ from dataclasses import dataclass
 from ..noise.distributions import check_distribution
 from ..noise.population import validate_population_args
 from ..ops.precision import check_precision
+from .rules import RULES
+from .rules.optimizers import OPTIMIZERS
 from .shaping import check_group_fitness
 
-OPTIMIZERS = ("sgd", "adam", "adamw", "muon")  # "custom": a torch.optim class/factory was passed
-UPDATES = ("mean", "sign")
-UPDATE_RULES = ("optimizer", "custom",  # "custom": an update rule class/factory was passed
-                "int_ztest", "int_sgd", "int_adamw", "int_muon")  # integer weights (rules/integer.py)
+ESTIMATORS = ("mean", "sign")
 
 
 @dataclass(frozen=True)
@@ -30,23 +29,22 @@ class ESConfig:
     sigma_decay: float = 1.0       # multiplicative per step
     noise_reuse: int = 1           # steps sharing one draw; 0 = forever (HyperscaleES default)
     distribution: str = "gaussian"
-    update: str = "mean"           # "sign": AltEggRoll's sign(A) sign(B)ᵀ update
+    estimator: str = "mean"        # "sign": AltEGGROLL's sign(A) sign(B)ᵀ estimate instead of the mean
     baseline_every: int = 0        # >0: members i % k in {0,1} are unperturbed baselines
     update_chunk: int = 4096       # pairs regenerated at once in tell(); bounds its memory
     noise_cache_mib: float = 64.0  # whole-step noise kept for chunks and tell(); 0 = always regenerate
     group_fitness: str = "mean"    # (P, G) fitness: "mean" over G then shape, or "per_group" shape each column
     update_rule: str = "optimizer" # how estimates move the weights (strategies.rules.RULES)
-    fallback_mib: float = 64.0     # per-member parameter copies the generic (vmap) layer may make per forward
     deterministic: bool = True     # update bits independent of the CPU thread count (its GEMMs on one thread)
     update_precision: str = "auto" # operands of the update GEMM (ops.precision): auto|fp32|tf32|bf16|fp16
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
         check_distribution(self.distribution)
-        if self.optimizer not in OPTIMIZERS + ("custom",):
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
-        if self.update not in UPDATES:
-            raise ValueError(f"unknown update {self.update!r}; choose one of {UPDATES}")
+        if self.optimizer not in (*OPTIMIZERS, "custom"):  # custom: a torch.optim class or factory was passed
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {sorted(OPTIMIZERS)}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {self.estimator!r}; choose one of {ESTIMATORS}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
         if not 0 <= self.momentum < 1:
@@ -63,7 +61,5 @@ class ESConfig:
             raise ValueError(f"update_chunk must be >= 1, got {self.update_chunk!r}")
         check_group_fitness(self.group_fitness)
         check_precision(self.update_precision)
-        if self.update_rule not in UPDATE_RULES:
-            raise ValueError(f"unknown update_rule {self.update_rule!r}; choose one of {UPDATE_RULES}")
-        if not self.fallback_mib >= 0:
-            raise ValueError(f"fallback_mib must be >= 0, got {self.fallback_mib!r}")
+        if self.update_rule not in (*RULES, "custom"):  # custom: an update rule class or factory was passed
+            raise ValueError(f"unknown update_rule {self.update_rule!r}; choose one of {sorted(RULES)}")

@@ -3,7 +3,7 @@ from ..noise.spec import ESMode, ParamSpec
 from .base import AbstractStrategy
 
 
-class EggRollStrategy(AbstractStrategy):
+class EGGROLLStrategy(AbstractStrategy):
     name = "eggroll"
 
     def is_lowrank(self, spec: ParamSpec) -> bool:

@@ -10,7 +10,7 @@ uninterrupted one would.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 import torch
@@ -18,6 +18,21 @@ from torch import Tensor, nn
 
 from ..models.mlp import ACTIVATIONS
 from ..noise.keys import fold_in
+
+
+def option(default, help: str, choices=None, metavar: str | None = None):
+    """A task option: a dataclass field whose help text and choices (a tuple, or a callable that
+    returns one when the flags are built) travel with it, so ``train TASK --help`` is made from
+    the task's own Options and two tasks may give one flag name different meanings."""
+    meta = {"help": help}
+    if choices is not None:
+        meta["choices"] = choices
+    if metavar is not None:
+        meta["metavar"] = metavar
+    return field(default=default, metadata=meta)
+
+
+ACTIVATION_HELP = "nonlinearity between layers"
 
 
 @dataclass(frozen=True)

@@ -14,17 +14,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models import mlp
-from .base import AbstractTask, check_options, member_major
+from ..models.mlp import ACTIVATIONS
+from .base import ACTIVATION_HELP, AbstractTask, check_options, member_major, option
 
 _SPLIT_SEED = 1234  # fixed: the held-out set is the same for every run
 
 
 @dataclass(frozen=True)
 class DigitsOptions:
-    hidden: int = 64
-    batch: int = 128
-    holdout: float = 0.2
-    activation: str = "tanh"
+    hidden: int = option(64, "width of the hidden layer")
+    batch: int = option(128, "examples every member scores per step")
+    holdout: float = option(0.2, "fraction of the data held out, in (0, 1)")
+    activation: str = option("tanh", ACTIVATION_HELP, choices=tuple(ACTIVATIONS))
 
     def __post_init__(self):
         check_options(self, positive=("hidden", "batch"), activation=self.activation)

@@ -7,13 +7,13 @@ import torch
 from torch import Tensor, nn
 
 from ..models import mlp
-from .base import AbstractTask, check_options, member_major
+from .base import AbstractTask, check_options, member_major, option
 
 
 @dataclass(frozen=True)
 class PolyOptions:
-    points: int = 64
-    hidden: int = 32
+    points: int = option(64, "grid points on [-2, 2] the fitness is measured on (>= 2)")
+    hidden: int = option(32, "width of the hidden layers")
 
     def __post_init__(self):
         check_options(self, positive=("hidden",))

@@ -7,15 +7,15 @@ import torch
 from torch import Tensor, nn
 
 from ..models import mlp
-from .base import AbstractTask, check_options, member_major
+from .base import AbstractTask, check_options, member_major, option
 
 _EVAL_STREAM = -1  # the held-out batch lives on a stream no training step uses
 
 
 @dataclass(frozen=True)
 class Predict2Options:
-    batch: int = 32
-    hidden: int = 16
+    batch: int = option(32, "examples every member scores per step")
+    hidden: int = option(16, "width of the hidden layers")
 
     def __post_init__(self):
         check_options(self, positive=("batch", "hidden"))

@@ -7,13 +7,14 @@ import torch
 from torch import Tensor, nn
 
 from ..models import mlp
-from .base import AbstractTask, check_options, member_major
+from ..models.mlp import ACTIVATIONS
+from .base import ACTIVATION_HELP, AbstractTask, check_options, member_major, option
 
 
 @dataclass(frozen=True)
 class XorOptions:
-    hidden: int = 16
-    activation: str = "tanh"
+    hidden: int = option(16, "width of the hidden layer")
+    activation: str = option("tanh", ACTIVATION_HELP, choices=tuple(ACTIVATIONS))
 
     def __post_init__(self):
         check_options(self, positive=("hidden",), activation=self.activation)

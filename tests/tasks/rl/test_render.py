@@ -70,7 +70,7 @@ def test_eval_cli_renders_and_refuses_bad_paths(tmp_path, capsys):
     cfg = make_config("rl", es={"seed": 1, "population": 8}, engine={"steps": 1, "device": "cpu",
                                                                       "out": str(tmp_path / "run")},
                       options={"env": "CartPole-v1", "eval_episodes": 4})
-    run(cfg, LocalBackend())
+    run(cfg, LocalBackend)
     gif = tmp_path / "cart.gif"
     code, out, err = invoke(["eval", str(tmp_path / "run"), "--episodes", "7", "--render", str(gif), "--json"], capsys)
     assert code == 0, err
@@ -93,7 +93,7 @@ def test_missing_imageio_names_the_extra(tmp_path, monkeypatch):
 
 def test_eval_refuses_episodes_and_render_for_tasks_without_them(tmp_path, capsys):
     run(make_config("xor", es={"population": 8}, engine={"steps": 1, "device": "cpu", "out": str(tmp_path)}),
-        LocalBackend())
+        LocalBackend)
     code, _, err = invoke(["eval", str(tmp_path), "--episodes", "5"], capsys)
     assert code == 2 and "'xor' has no evaluation episodes" in err
     code, _, err = invoke(["eval", str(tmp_path), "--render", str(tmp_path / "x.gif")], capsys)

@@ -54,15 +54,15 @@ def test_running_stats_fold_only_between_steps():
 
 def test_cartpole_is_solved_in_a_few_steps():
     summary = run(make_config("rl", es={"seed": 0}, engine={"steps": 12, "eval_every": 4, "device": "cpu"},
-                              options={"env": "CartPole-v1"}), LocalBackend())
+                              options={"env": "CartPole-v1"}), LocalBackend)
     assert summary["metrics"]["eval_return"] >= 475 and summary["solved"]
 
 
 def test_resume_is_bit_identical_with_observation_statistics(tmp_path):
-    run(config(out=str(tmp_path / "straight")), LocalBackend())
-    run(config(steps=3, out=str(tmp_path / "resumed")), LocalBackend())
+    run(config(out=str(tmp_path / "straight")), LocalBackend)
+    run(config(steps=3, out=str(tmp_path / "resumed")), LocalBackend)
     assert float(load_checkpoint(tmp_path / "resumed").task["stats"]["count"]) > 0
-    run(config(resume=str(tmp_path / "resumed")), LocalBackend())
+    run(config(resume=str(tmp_path / "resumed")), LocalBackend)
     a, b = load_checkpoint(tmp_path / "straight"), load_checkpoint(tmp_path / "resumed")
     same(a.model, b.model, "model")                 # the policy's normalisation buffers included
     same(a.strategy, b.strategy, "strategy")
@@ -70,7 +70,7 @@ def test_resume_is_bit_identical_with_observation_statistics(tmp_path):
 
 
 def test_a_reloaded_policy_gives_the_same_evaluation_returns(tmp_path):
-    summary = run(config(out=str(tmp_path / "run")), LocalBackend())
+    summary = run(config(out=str(tmp_path / "run")), LocalBackend)
     _, task, model, _ = load_run(tmp_path / "run")
     again = task.evaluate(model)
     assert again["eval_return"] == summary["metrics"]["eval_return"]
@@ -120,7 +120,7 @@ def test_a_broken_env_counts_as_the_worst_episode_and_never_reaches_the_weights(
     monkeypatch.setattr(strategy_metrics, "_warned_nonfinite", False)
     with pytest.warns(RuntimeWarning, match="2 non-finite fitness"):  # the two broken episodes of step 1
         summary = run(make_config("rl", es={"seed": 1, "population": 8}, engine={"steps": 2, "device": "cpu"},
-                                  options={"env": "CartPole-v1", "eval_episodes": 5}), LocalBackend())
+                                  options={"env": "CartPole-v1", "eval_episodes": 5}), LocalBackend)
     assert math.isfinite(summary["metrics"]["eval_return"]) and summary["metrics"]["eval_broken"] == 2
     task = RLTask(seed=1, options={"env": "CartPole-v1", "eval_episodes": 5})
     f = task.fitness(task.build_model(), 0, 4, step=0)

@@ -14,9 +14,9 @@ from torch import Tensor
 
 from ..groups import ParamGroup
 from .base import AbstractUpdateRule
+from .optimizers import OPTIMIZERS
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
-_FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 class OptimizerGroup:
@@ -45,40 +45,16 @@ class OptimizerGroup:
             o.load_state_dict(s)
 
 
-def _fused(params: list[Tensor]) -> dict:
-    """``fused=True`` where torch has a one-pass kernel for these tensors (Adam's default path
-    makes ~10 passes over every parameter; the fused kernel is one). On CUDA also
-    ``capturable=True``: the step count stays on the device, so a CUDA graph can replay the
-    step (nn/graph.py) and no step reads a device value on the host."""
-    kinds = {p.device.type for p in params}
-    ok = kinds <= {"cpu", "cuda"} and len(kinds) == 1 and all(p.dtype in _FUSED_DTYPES for p in params)
-    if not ok:
-        return {}
-    return {"fused": True, "capturable": True} if kinds == {"cuda"} else {"fused": True}
-
-
 def build_optimizer(groups: list[dict], name: str, momentum: float = 0.0) -> OptimizerGroup:
     """One optimizer (two for Muon) over torch-style ``groups`` [{"params", "lr", "weight_decay"}]."""
     tensors = [p for g in groups for p in g["params"]]
     if not tensors:
         raise ValueError("no trainable parameters: everything is excluded or frozen")
-    if name == "sgd":
-        return OptimizerGroup([torch.optim.SGD(groups, momentum=momentum)])
-    if name == "adam":
-        return OptimizerGroup([torch.optim.Adam(groups, **_fused(tensors))])
-    if name == "adamw":
-        return OptimizerGroup([torch.optim.AdamW(groups, **_fused(tensors))])
-    if name == "muon":
-        split = lambda keep: [dict(g, params=[p for p in g["params"] if keep(p)]) for g in groups]
-        mats = [g for g in split(lambda p: p.dim() == 2) if g["params"]]
-        rest = [g for g in split(lambda p: p.dim() != 2) if g["params"]]
-        opts = [torch.optim.Muon(mats)] if mats else []
-        if rest:
-            opts.append(torch.optim.AdamW(rest, **_fused([p for g in rest for p in g["params"]])))
-        return OptimizerGroup(opts)
     if name == "custom":
         raise ValueError("optimizer 'custom' needs an optimizer class or factory (optimizer_factory=...)")
-    raise ValueError(f"unknown optimizer {name!r}")
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
+    return OptimizerGroup(OPTIMIZERS[name](groups, momentum))
 
 
 class OptimizerRule(AbstractUpdateRule):
