@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import hyperscalees as hs
-from hyperscalees.models import Egg
-from hyperscalees.models.lm import LM_MODELS, build_lm
+from hyperscalees.models.egg import Egg
+from hyperscalees.models.registry import LM_MODELS, build_lm
 from hyperscalees.ops._reference import egg_reference
 
 from int_members import member_weights

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import hyperscalees as hs
-from hyperscalees.models import Egg
+from hyperscalees.models.egg import Egg
 
 TEXT = torch.tensor(list(b"the quick brown fox jumps over the lazy dog. " * 20))
 P, T, R = 32, 24, 2
@@ -62,7 +62,7 @@ def test_resume_is_bit_identical():
 @pytest.mark.parametrize("overrides", [{}, {"update_rule": "int_ztest", "lr": 1.0, "shaping": "pair_sign"}])
 def test_tiny_int8_transformer_learns(overrides):
     """Its defaults (d-eggs: int_uniform noise, filtered pair signs, AdamW, adaptive noise) and the z-test."""
-    from hyperscalees.models import Int8Transformer
+    from hyperscalees.models.int8_transformer import Int8Transformer
     torch.manual_seed(0)
     model = Int8Transformer(dim=16, layers=1, heads=2)
     es = hs.EGGROLL(model, population=P, groups=model.es_groups(), seed=1, **dict(model.es_defaults, **overrides))

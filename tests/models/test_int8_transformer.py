@@ -3,9 +3,9 @@ import pytest
 import torch
 
 import hyperscalees as hs
-from hyperscalees.models import Int8Transformer
+from hyperscalees.models.int8_transformer import Int8Transformer
 from hyperscalees.models.int8_transformer import attention
-from hyperscalees.models.lm import LM_MODELS
+from hyperscalees.models.registry import LM_MODELS
 from hyperscalees.ops._reference import transformer_reference
 
 from int_members import member_weights

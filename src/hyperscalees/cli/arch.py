@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..models.lm import LM_MODELS, build_lm
+from ..models.registry import LM_MODELS, build_lm
 from ..tasks.lm.task import lm_sizes
 from .base import fail, json_line
 

@@ -16,7 +16,7 @@ import sys
 from ..distributed import BACKENDS, backend_factory
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..models import ACTIVATIONS
-from ..models.lm import LM_MODELS
+from ..models.registry import LM_MODELS
 from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
 from ..ops.precision import PRECISIONS
 from ..strategies.config import ESTIMATORS, ESConfig
@@ -31,9 +31,10 @@ from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, j
 TRAINERS = ("es", "backprop")
 BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
 RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
-ES_CHOICES = {"optimizer": tuple(OPTIMIZERS), "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
-              "estimator": ESTIMATORS, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES),
-              "update_precision": PRECISIONS}
+# choices read from the registries when the flags are built (a registered rule or shaping appears)
+ES_CHOICES = {"optimizer": lambda: tuple(OPTIMIZERS), "shaping": lambda: tuple(sorted(SHAPINGS)),
+              "distribution": DISTRIBUTIONS, "estimator": ESTIMATORS, "group_fitness": GROUP_FITNESS,
+              "update_rule": lambda: tuple(RULES), "update_precision": PRECISIONS}
 HELP = {
     # evolution strategy
     "population": "members per step (even: antithetic pairs)",

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..ops.int8 import QMAX, clip8
 from .int8_modules import Int8Bias, Int8Embedding, Int8Linear, Int8Norm, vector_groups
-from .lm import AbstractLM, natural_logits_from_log2_sixteenths, register_lm
+from .lm import AbstractLM, natural_logits_from_log2_sixteenths
 
 EGG_ES_DEFAULTS = {
     "distribution": "int",      # trunc(16·N(0,1)): nano-egg's noise table
@@ -69,7 +69,6 @@ class EggBlock(nn.Module):
         return x, states[:, -1]
 
 
-@register_lm("egg")
 class Egg(AbstractLM):
     """nano-egg's EGG; default 2 layers x 128 wide (nano-egg's paper model is 6 x 256)."""
 

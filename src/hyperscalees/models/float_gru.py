@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .lm import AbstractLM, register_lm
+from .lm import AbstractLM
 from .ntt_embedding import NTTEmbedding
 
 
@@ -40,7 +40,6 @@ class GRUBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)))), h
 
 
-@register_lm("float-gru")
 class FloatGRU(AbstractLM):
     """Float32 GRU byte/token LM of EGG's shape (see module docstring)."""
 

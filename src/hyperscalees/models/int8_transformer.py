@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from ..ops.int8 import (EXP_STEPS_PER_NAT, clip8, egg_divisor, exp_lut, float32_is_exact, gelu_int8,
                         maxabs_requantize, rope, rope_tables)
 from .int8_modules import Int8Bias, Int8Embedding, Int8Linear, Int8Norm, vector_groups
-from .lm import AbstractLM, register_lm
+from .lm import AbstractLM
 
 TRANSFORMER_ES_DEFAULTS = {
     "distribution": "int_uniform",   # d-eggs' uniform integers in [-15, 15]
@@ -111,7 +111,6 @@ class Int8TransformerBlock(nn.Module):
         return maxabs_requantize(self.mlp(x).to(torch.float64).add_(x))
 
 
-@register_lm("int8-transformer")
 class Int8Transformer(AbstractLM):
     """d-eggs' transformer; default 2 layers x 64 wide, 2 heads (d-eggs: 4 x 256, head_dim 64, vocab 8192)."""
 

@@ -1,4 +1,4 @@
-"""What a language model is to the ``lm`` task, and the registry of them (``LM_MODELS``).
+"""What a language model is to the ``lm`` task, and (the registry of them is ``registry.py``).
 
 Dimensions: B streams (for a population forward, B = P·M member-major rows: rows
 [i·M, (i+1)·M) belong to member i), T tokens per window, V vocabulary, D width.
@@ -21,7 +21,7 @@ Integer models keep their weights in integer dtypes and say how ES should move t
 """
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -59,27 +59,6 @@ class AbstractLM(nn.Module):
     def describe(self) -> list[tuple[str, tuple[int, ...], str]]:
         """(parameter name, shape, dtype) rows for ``hyperscalees arch``; all parameters by default."""
         return [(n, tuple(p.shape), str(p.dtype).removeprefix("torch.")) for n, p in self.named_parameters()]
-
-
-LMBuilder = Callable[..., AbstractLM]
-LM_MODELS: dict[str, LMBuilder] = {}
-
-
-def register_lm(name: str) -> Callable[[LMBuilder], LMBuilder]:
-    """Decorator: ``@register_lm("egg")`` on a class (or builder) taking ``vocab_size`` and size kwargs."""
-    def wrap(builder: LMBuilder) -> LMBuilder:
-        if name in LM_MODELS:
-            raise ValueError(f"language model {name!r} is registered twice")
-        LM_MODELS[name] = builder
-        return builder
-    return wrap
-
-
-def build_lm(name: str, vocab_size: int, **sizes) -> AbstractLM:
-    """The model called ``name``; a ValueError names a bad name and the choices."""
-    if name not in LM_MODELS:
-        raise ValueError(f"unknown language model {name!r}; choose one of {sorted(LM_MODELS)}")
-    return LM_MODELS[name](vocab_size=vocab_size, **sizes)
 
 
 def natural_logits_from_log2_sixteenths(y: Tensor) -> Tensor:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ...models.lm import LM_MODELS, build_lm
+from ...models.registry import LM_MODELS, build_lm
 from ..base import AbstractTask, check_options
 from .data import Corpus, DataError, load_corpus
 from .metrics import baselines, token_bits
