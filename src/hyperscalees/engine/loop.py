@@ -31,6 +31,7 @@ from .config import TrainConfig, check_device
 from .files import BadFileError, check_directory, exclusive
 from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
+from .tensorboard import TensorBoardSink
 
 MODULE_ES = {"eggroll": EGGROLL, "open_es": OpenES}
 # what a strategy's or a model's load_state_dict raises on a state of another shape
@@ -71,6 +72,7 @@ def run(cfg: TrainConfig, backend) -> dict:
         if out:
             remove_orphans(out)  # the files of a save a kill interrupted
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
+        board = stack.enter_context(TensorBoardSink(eng.tensorboard)) if eng.tensorboard else None
         backend.start(cfg, task, es)  # after the resume: workers start from the resumed state
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
@@ -91,6 +93,8 @@ def run(cfg: TrainConfig, backend) -> dict:
                     row.update(metrics)
                 if logger:
                     logger.log(row)
+                if board:
+                    board.log(row)
                 bar.update(1)
                 bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
                                 **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"},
