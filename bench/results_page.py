@@ -82,7 +82,7 @@ def environment(objs: list[dict]) -> tuple[list[str], list[str]]:
         for key, value in walk(obj):
             leaf = key.rsplit(".", 1)[-1]
             if leaf.startswith("load_av"):
-                loads.append(f"{leaf} {value}")
+                loads.append(f"{leaf} {fmt(value)}")
             elif key == "machine" or leaf == "device" and isinstance(value, str):
                 machines.append(f"{value}")
         env = obj.get("environment") or {}
@@ -105,7 +105,7 @@ def record(files: list[Path], commands: dict[str, list[str]]) -> dict:
     machines, loads = environment(objs)
     machines += [m.group(0).strip() for c in comments for m in CORES.finditer(c)]
     loads += [m.group(0).strip() for c in comments for m in LOAD.finditer(c)]
-    loads += [f"{k} {v}" for t in texts for k, v in re.findall(r"^(load_average\w*): (.+)$", t, re.M)]
+    loads += [f"{k} {fmt(ast.literal_eval(v)) if v.startswith('[') else v}" for t in texts for k, v in re.findall(r"^(load_average\w*): (.+)$", t, re.M)]
     header = "\n".join(comments)
     return {
         "question": unique([comments[0] if comments else None] + [o.get("question") for o in objs])[:1],
@@ -119,7 +119,7 @@ def figures(path: Path) -> list[str]:
     text = path.read_text(errors="replace")
     out, table, summary, notes = [], [], [], []
     whole = json_lines(text) if text.lstrip().startswith("{") and not text.startswith("{\"bench\"") else []
-    for line in text.splitlines() + [""]:
+    for i, line in enumerate(text.splitlines() + [""]):
         if line.startswith("|"):
             table.append(line)
             continue
@@ -138,7 +138,7 @@ def figures(path: Path) -> list[str]:
             cells = {"steps": obj.get("steps"), "stopped": obj.get("stopped"), **obj.get("metrics", {}),
                      "wall_time": obj.get("wall_time")}
             out += ["", table_md([(k, fmt(v)) for k, v in cells.items()])]
-        elif line.startswith("#") and line is not text.splitlines()[0]:
+        elif line.startswith("#") and i > 0:  # line 0 is the title, shown as the section's question
             out += ["", "> " + md_escape(line[1:].strip())]
     if summary:
         out += ["", table_md([(k, md_escape(v)) for k, v in summary])]
