@@ -172,7 +172,8 @@ def table_md(rows: list[tuple[str, str]]) -> str:
 def cell(values: list[str], code: bool = False) -> str:
     if not values:
         return f"*{NOT_RECORDED}*"
-    return "<br>".join(f"`{md_escape(v)}`" if code else md_escape(v) for v in values)
+    # Python-Markdown keeps a pipe inside a code span in a table cell; outside one it must be escaped
+    return "<br>".join(f"`{v}`" if code else md_escape(v) for v in values)
 
 
 def context(readme: Path) -> list[str]:
