@@ -4,8 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of torch is served from local disk; GPU users install their own torch first.
 TORCH ?= torch==2.13.0
+SITE ?= site
 
-.PHONY: run test venv dev bench clean
+.PHONY: run test venv dev docs bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,8 +25,14 @@ run: venv
 test: dev
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests  # loadgroup: the Ray tests share one worker (one Ray)
 
+# The Results page is generated from bench/results/, then the site is built; warnings are errors.
+docs: dev
+	$(BIN)/pip install -q -e ".[dev,docs]"
+	$(BIN)/python bench/results_page.py
+	$(BIN)/mkdocs build --strict --site-dir "$(SITE)"
+
 bench: venv
 	$(BIN)/hyperscalees bench throughput --quick
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info src/*.egg-info
+	rm -rf $(VENV) runs build site *.egg-info src/*.egg-info

@@ -5,7 +5,7 @@ launches per step, measurable on any machine.
     HYPERSCALEES_NOISE_KERNEL=interpret PYTHONPATH=src python bench/ops_per_step.py   # the GPU noise path
 
 The counter is loaded from this checkout by file path, so the same probe runs against an older
-checkout put first on PYTHONPATH (how the README compares with the parent commit).
+checkout put first on PYTHONPATH (how bench/results/cpu/README.md compares with the parent commit).
 """
 import importlib.util
 from pathlib import Path

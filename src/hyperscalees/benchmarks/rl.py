@@ -49,8 +49,8 @@ PPO_PACKAGES = ("torch==2.13.0", "stable-baselines3", "gymnasium[mujoco]==1.4.0"
 READY_FILE = ".hyperscalees-ready"  # written last: a venv without it is a broken install and is rebuilt
 ES_EVAL_EVERY = 5     # ES steps between evaluations (the ES side may tune this)
 ES_MAX_STEPS = 1_000_000  # the wall-clock budget ends an ES run, not the task's default step count
-# Per-env ES settings, the counterpart of PPO's rl-zoo tuned ones, from a sweep on Pendulum-v1 (README,
-# "Reinforcement learning vs PPO"): OpenAI ES's per-pair episode starts, one episode per member, 256 pairs,
+# Per-env ES settings, the counterpart of PPO's rl-zoo tuned ones, from a sweep on Pendulum-v1 (bench/results/cpu/README.md,
+# "Notes on the runs", ES vs PPO): OpenAI ES's per-pair episode starts, one episode per member, 256 pairs,
 # a large Adam step that decays. Anything not listed runs the rl task's defaults.
 ES_FLAGS = {"Pendulum-v1": ["--starts", "pair", "--episodes", "1", "--population", "512", "--sigma", "0.1",
                             "--lr", "0.25", "--lr-decay", "0.99", "--rank", "8"]}

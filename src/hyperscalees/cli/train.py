@@ -69,6 +69,7 @@ HELP = {
     "update_precision": "operands of the update GEMM, accumulated in fp32: auto = the weights' bf16/fp16 or "
                         "TF32 on CUDA, fp32 on CPU",
     "overwrite": "replace a run already saved in --out (without it, that is refused)",
+    "tensorboard": "also log each step's metrics as TensorBoard scalars in DIR (pip install 'hyperscalees[tensorboard]')",
     # distributed (--backend ray)
     "workers": "Ray worker actors, each holding a model replica",
     "address": "an existing Ray cluster: auto or HOST:PORT (default: start a local one on 127.0.0.1 only)",
@@ -113,7 +114,7 @@ HELP = {
 OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": STARTS, "model": tuple(sorted(LM_MODELS)),
                   "ntt": ("none", "wht", "fermat")}
 METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
-            "steps": "N", "chunk": "N", "device": "DEVICE"}
+            "steps": "N", "chunk": "N", "device": "DEVICE", "tensorboard": "DIR"}
 
 
 def register(subparsers) -> None:

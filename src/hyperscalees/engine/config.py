@@ -18,7 +18,7 @@ from ..tasks import get_task
 from ..tasks.base import make_options
 
 ES_TASK_DEFAULTS = ("population", "sigma", "rank", "lr", "optimizer")
-_NULLABLE_ENGINE = ("time_budget", "out", "resume", "device", "chunk")  # None is a meaningful value here
+_NULLABLE_ENGINE = ("time_budget", "out", "resume", "device", "chunk", "tensorboard")  # None is a meaningful value here
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class EngineConfig:
     json: bool = False                  # one JSON summary line, no progress bar
     chunk: int | None = None            # members evaluated per forward (even); None: all at once
     overwrite: bool = False             # replace a run already in `out` instead of refusing
+    tensorboard: str | None = None      # also log each step's metric row as TensorBoard scalars here
 
     def __post_init__(self):
         if self.steps < 0:

@@ -33,6 +33,7 @@ from .files import BadFileError, check_directory, exclusive
 from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
 from .recipe import TaskRecipe
+from .tensorboard import TensorBoardSink
 
 # what a strategy's or a model's load_state_dict raises on a state of another shape
 _STATE_ERRORS = (KeyError, ValueError, TypeError, IndexError, RuntimeError, AttributeError)
@@ -77,6 +78,7 @@ def run(cfg: TrainConfig, backend: Callable | None = None) -> dict:
         if out:
             remove_orphans(out)  # the files of a save a kill interrupted
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
+        board = stack.enter_context(TensorBoardSink(eng.tensorboard)) if eng.tensorboard else None
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
@@ -95,6 +97,8 @@ def run(cfg: TrainConfig, backend: Callable | None = None) -> dict:
                     row.update(metrics)
                 if logger:
                     logger.log(row)
+                if board:
+                    board.log(row)
                 bar.update(1)
                 bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
                                 **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"},
