@@ -29,7 +29,7 @@ test: dev
 docs: dev
 	$(BIN)/pip install -q -e ".[dev,docs]"
 	$(BIN)/python bench/results_page.py
-	$(BIN)/mkdocs build --strict --site-dir "$(SITE)"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$(SITE)"
 
 bench: venv
 	$(BIN)/hyperscalees bench throughput --quick
