@@ -261,7 +261,7 @@ class RayBackend(AbstractBackend):
         slot, gen, step, c = self.inflight.pop(ref)
         stale = self.generation.get(slot) != gen or slot not in self.actors
         try:
-            data, chunk_log = ray.get(ref)
+            data, added = ray.get(ref)
         except ray.exceptions.RayActorError as e:
             why = f"{type(e).__name__}: {_first_line(e)}"
             if not stale:
@@ -294,7 +294,7 @@ class RayBackend(AbstractBackend):
                 self.actors[slot].load.remote(self._state_ref())
             queue.fail(c.index, slot, f"worker {slot}'s result refused: {e}")
             return
-        queue.complete(c.index, slot, (msg.values, chunk_log))
+        queue.complete(c.index, slot, (msg.values, added))
 
     def update(self, shaped):
         es = self.es
