@@ -104,7 +104,7 @@ class RLTask(AbstractTask):
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
         s, o = self.spaces, self.options
-        return Policy(s.obs_dim, s.act_dim, o.hidden, o.layers, o.activation, s.discrete, s.low, s.high)
+        return Policy(s.obs_dim, s.action, o.hidden, o.layers, o.activation)
 
     # -- fitness -----------------------------------------------------------------------
     def _env(self, n: int):
