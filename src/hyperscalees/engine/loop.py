@@ -31,6 +31,7 @@ from .config import TrainConfig, check_device
 from .files import BadFileError, check_directory, exclusive
 from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
+from .run_dir import Replacement, holds_anything, refuse_nonempty, remove_empty_failed
 
 MODULE_ES = {"eggroll": EGGROLL, "open_es": OpenES}
 # what a strategy's or a model's load_state_dict raises on a state of another shape
@@ -60,11 +61,26 @@ def run(cfg: TrainConfig, backend) -> dict:
     """
     t0, eng = time.perf_counter(), cfg.engine
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
+    existed = out is not None and out.exists()
+    try:
+        return _run(cfg, backend, out, t0)
+    except BaseException:
+        if out is not None and not existed:
+            remove_empty_failed(out)  # a failed start leaves no directory holding only its lock
+        raise
+
+
+def _run(cfg: TrainConfig, backend, out: Path | None, t0: float) -> dict:
+    eng = cfg.engine
+    replacing = None  # --overwrite of an existing run: the new one is written beside until it commits
     with contextlib.ExitStack() as stack:
         if out:
             flag = "--out" if eng.out else "--resume"
             stack.enter_context(exclusive(check_directory(out, flag)))  # one writer per run directory
             _refuse_existing_run(out, cfg)
+            if eng.overwrite and not _resuming_in_place(out, cfg) and holds_anything(out):
+                replacing = stack.enter_context(Replacement(out))
+        out = replacing.staging if replacing else out
         task, model, es = build(cfg)
         if eng.resume:
             _resume(es, task, cfg)
@@ -97,6 +113,7 @@ def run(cfg: TrainConfig, backend) -> dict:
                                 **task.progress(step_time))
                 if out and eng.checkpoint_every and es.step % eng.checkpoint_every == 0 and not last:
                     save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict())
+                    out = _swap_in(replacing, logger, out)
                 if out_of_time and es.step < eng.steps:
                     stopped = "time_budget"
                     break
@@ -104,8 +121,9 @@ def run(cfg: TrainConfig, backend) -> dict:
                 metrics = task.evaluate(model)
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
-        summary = _finish(cfg, task, es, out, metrics, stopped, t0)
+        summary = _finish(cfg, task, es, out, metrics, stopped, t0, commit=partial(_swap_in, replacing, logger))
         summary["signal"] = signal_name(stop.signum) if stop.requested else None
+        summary["notes"] += replacing.notes if replacing else []
     return summary
 
 
@@ -115,16 +133,32 @@ def _say_stopping(signum: int, saving: bool) -> None:
           file=sys.stderr, flush=True)
 
 
+def _swap_in(replacing: Replacement | None, logger: MetricsLogger | None, out: Path) -> Path:
+    """After a commit: an ``--overwrite`` run written beside its target takes its place now."""
+    if replacing is None or replacing.committed:
+        return out
+    final = replacing.commit()
+    if logger:
+        logger.moved_to(final)
+    return final
+
+
+def _resuming_in_place(out: Path, cfg: TrainConfig) -> bool:
+    return bool(cfg.engine.resume) and Path(cfg.engine.resume).resolve() == out.resolve()
+
+
 def _refuse_existing_run(out: Path, cfg: TrainConfig) -> None:
-    """A run in ``out`` is replaced only when asked to (``--overwrite``) or continued (``--resume``)."""
+    """A run in ``out`` is replaced only when asked to (``--overwrite``) or continued (``--resume``);
+    a directory of other files is never written into unless ``--overwrite`` says replace it."""
     eng = cfg.engine
-    if eng.overwrite or (eng.resume and Path(eng.resume).resolve() == out.resolve()):
+    if eng.overwrite or _resuming_in_place(out, cfg):
         return
     if has_checkpoint(out) or (out / JSONL_FILE).exists():
         step = checkpoint_step(out)
         what = f"a run (checkpoint at step {step})" if step is not None else "a run's files"
         raise ValueError(f"{str(out)!r} already holds {what}; continue it with --resume {out} "
                          "or replace it with --overwrite")
+    refuse_nonempty(out)
 
 
 def _check_finite(model: torch.nn.Module, step: int, out: Path | None) -> None:
@@ -148,10 +182,14 @@ def _check_finite(model: torch.nn.Module, step: int, out: Path | None) -> None:
                         "Try a smaller lr or sigma")
 
 
-def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stopped: str, t0: float) -> dict:
+def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stopped: str, t0: float,
+            commit=lambda out: out) -> dict:
     notes, paths = [], {}
     if out:
         files = save_checkpoint(out, es, cfg.to_dict(), extra={"metrics": metrics}, task_state=task.state_dict())
+        new = commit(out)
+        files = {k: new / Path(v).name for k, v in files.items()}
+        out = new
         plot, why = plot_curve(out, task.metric)
         if why:
             notes.append(why)

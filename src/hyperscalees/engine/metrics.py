@@ -73,6 +73,12 @@ class MetricsLogger:
         atomic_write(self.jsonl_path, lambda tmp: self._write_jsonl(tmp, kept))
         atomic_write(self.csv_path, lambda tmp: self._write_csv(tmp, kept))
 
+    def moved_to(self, directory: str | Path) -> None:
+        """Go on appending in ``directory``: the run directory was renamed (an ``--overwrite`` swap)."""
+        self.directory = Path(directory)
+        self.jsonl_path = self.directory / JSONL_FILE
+        self.csv_path = self.directory / CSV_FILE
+
     def _write_jsonl(self, path: str, rows: list[dict]) -> None:
         with open(path, "w") as f:
             for r in rows:
