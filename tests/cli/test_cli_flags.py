@@ -20,7 +20,7 @@ ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 
              "update_rule": ("optimizer", "optimizer"), "fallback_mib": ("32.5", 32.5),
              "deterministic": (None, False), "update_precision": ("bf16", "bf16")}
 ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
-                 "checkpoint_every": ("2", 2), "out": ("runs/x", "runs/x"), "resume": ("runs/y", "runs/y"),
+                 "checkpoint_every": ("2", 2), "checkpoint_minutes": ("2.5", 2.5), "out": ("runs/x", "runs/x"), "resume": ("runs/y", "runs/y"),
                  "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64), "overwrite": (None, True)}
 OPTION_VALUES = {"hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
                  "holdout": ("0.3", 0.3), "env": ("Pendulum-v1", "Pendulum-v1"), "episodes": ("3", 3),

@@ -93,3 +93,14 @@ def test_two_processes_never_write_one_run(tmp_path):
         with pytest.raises(BadFileError, match="another process is writing"):
             run(config(out=str(tmp_path)), LocalBackend())
     run(config(out=str(tmp_path)), LocalBackend())  # released: fine again
+
+
+def test_long_runs_checkpoint_by_time_by_default(tmp_path, monkeypatch):
+    """Issue 19, item 5: without --checkpoint-every a kill lost everything since the start."""
+    assert make_config("lm").engine.checkpoint_minutes > 0 and make_config("lm").engine.checkpoint_every == 0
+    clock = iter(range(0, 10_000, 100))            # every perf_counter() call: 100 s later
+    monkeypatch.setattr("hyperscalees.engine.loop.time.perf_counter", lambda: float(next(clock)))
+    poison_at(monkeypatch, 5)
+    with pytest.raises(DivergedError, match=r"checkpoint of step 4 .* is kept"):
+        run(config(out=str(tmp_path), steps=8), LocalBackend())
+    assert load_checkpoint(tmp_path).step == 4

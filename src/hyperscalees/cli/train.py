@@ -28,7 +28,8 @@ from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, j
 
 TRAINERS = ("es", "backprop")
 BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
-RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
+# the rest is about this invocation
+RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "checkpoint_minutes", "chunk")
 ES_CHOICES = {"optimizer": OPTIMIZERS, "shaping": tuple(sorted(SHAPINGS)), "distribution": DISTRIBUTIONS,
               "update": UPDATES, "group_fitness": GROUP_FITNESS, "update_rule": tuple(RULES),
               "update_precision": PRECISIONS}
@@ -54,7 +55,9 @@ HELP = {
     # engine
     "steps": "total ES steps (a resumed run continues up to this count)",
     "time_budget": "stop before the next step would exceed SECONDS of wall time",
-    "eval_every": "held-out metrics every K steps", "checkpoint_every": "checkpoint every K steps (0: at the end)",
+    "eval_every": "held-out metrics every K steps",
+    "checkpoint_every": "checkpoint every K steps (0: by time, --checkpoint-minutes)",
+    "checkpoint_minutes": "also checkpoint whenever MINUTES of wall time passed since the last one (0: never)",
     "out": "run directory for checkpoints, metrics and curve.png (default: none, nothing is saved)",
     "resume": "continue the run saved in DIR; flags not given here keep that run's values",
     "device": "torch device (default: cuda if available, else cpu)", "json": "print one JSON summary line",
@@ -110,7 +113,8 @@ HELP = {
 }
 OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": STARTS, "model": tuple(sorted(LM_MODELS)),
                   "ntt": ("none", "wht", "fermat")}
-METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
+METAVARS = {"checkpoint_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
+            "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
             "steps": "N", "chunk": "N", "device": "DEVICE"}
 
 

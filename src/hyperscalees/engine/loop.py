@@ -90,6 +90,7 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float) -> dict:
         backend.start(cfg, task, es)  # after the resume: workers start from the resumed state
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
+        saved_at = time.perf_counter()  # a long run loses at most checkpoint_minutes to a kill
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
                                    disable=eng.json or not sys.stderr.isatty()) as bar:
             while es.step < eng.steps and not stop.requested:
@@ -111,9 +112,9 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float) -> dict:
                 bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
                                 **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"},
                                 **task.progress(step_time))
-                if out and eng.checkpoint_every and es.step % eng.checkpoint_every == 0 and not last:
+                if out and not last and _checkpoint_due(eng, es.step, saved_at):
                     save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict())
-                    out = _swap_in(replacing, logger, out)
+                    out, saved_at = _swap_in(replacing, logger, out), time.perf_counter()
                 if out_of_time and es.step < eng.steps:
                     stopped = "time_budget"
                     break
@@ -131,6 +132,13 @@ def _say_stopping(signum: int, saving: bool) -> None:
     then = "and saving a checkpoint" if saving else "(nothing will be saved: no --out)"
     print(f"\n{signal_name(signum)}: finishing this step {then}; send it again to stop at once",
           file=sys.stderr, flush=True)
+
+
+def _checkpoint_due(eng, step: int, saved_at: float) -> bool:
+    """Every ``checkpoint_every`` steps, and whenever ``checkpoint_minutes`` passed since the last save."""
+    if eng.checkpoint_every and step % eng.checkpoint_every == 0:
+        return True
+    return bool(eng.checkpoint_minutes) and time.perf_counter() - saved_at >= 60.0 * eng.checkpoint_minutes
 
 
 def _swap_in(replacing: Replacement | None, logger: MetricsLogger | None, out: Path) -> Path:
