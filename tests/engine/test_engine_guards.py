@@ -104,3 +104,18 @@ def test_long_runs_checkpoint_by_time_by_default(tmp_path, monkeypatch):
     with pytest.raises(DivergedError, match=r"checkpoint of step 4 .* is kept"):
         run(config(out=str(tmp_path), steps=8), LocalBackend())
     assert load_checkpoint(tmp_path).step == 4
+
+
+def test_a_step_whose_whole_population_is_non_finite_fails_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    """Issue 19, item 6: `--lr 1e38 --optimizer sgd` kept finite weights scoring inf and exited 0."""
+    real = XorTask.fitness
+
+    def fitness(self, model, lo, hi, step=0):
+        scores = real(self, model, lo, hi, step)
+        return torch.full_like(scores, math.inf) if step >= 3 else scores
+
+    monkeypatch.setattr(XorTask, "fitness", fitness)
+    monkeypatch.setattr("hyperscalees.strategies.metrics._warned_nonfinite", True)
+    with pytest.raises(DivergedError, match=r"every fitness of step 4 is non-finite.*checkpoint of step 2 .* is kept"):
+        run(config(out=str(tmp_path), steps=8, checkpoint_every=2), LocalBackend())
+    assert load_checkpoint(tmp_path).step == 2

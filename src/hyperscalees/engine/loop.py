@@ -98,6 +98,7 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float) -> dict:
                 fitness = backend.evaluate(es, partial(task.fitness, step=es.step), eng.chunk)
                 stats = dict(backend.update(es, es.shape(fitness)) | fitness_stats(fitness))  # read: one sync
                 _check_finite(model, es.step, out)
+                _check_population(stats, fitness.numel(), es.step, out)
                 step_time = time.perf_counter() - ts
                 out_of_time = eng.time_budget is not None and \
                     time.perf_counter() - t0 + step_time > eng.time_budget
@@ -182,12 +183,23 @@ def _check_finite(model: torch.nn.Module, step: int, out: Path | None) -> None:
     bad = [n for n, p in params if not bool(torch.isfinite(p).all())]
     if not bad:
         return
-    saved = checkpoint_step(out) if out else None
-    kept = (f"the checkpoint of step {saved} in {str(out)!r} is kept" if saved is not None
-            else "no checkpoint had been written")
     raise DivergedError(f"the weights became non-finite at step {step} ({', '.join(bad[:3])}"
-                        f"{', ...' if len(bad) > 3 else ''}); stopped without saving them, {kept}. "
+                        f"{', ...' if len(bad) > 3 else ''}); stopped without saving them, {_kept(out)}. "
                         "Try a smaller lr or sigma")
+
+
+def _check_population(stats: dict, size: int, step: int, out: Path | None) -> None:
+    """A step whose every fitness is NaN or infinite carries no signal: its update is zero and every
+    later one too, so the run would "finish" on a diverged model. Stop instead."""
+    if size and stats["nonfinite"] >= size:
+        raise DivergedError(f"every fitness of step {step} is non-finite (NaN or infinite): the run diverged; "
+                            f"stopped without saving it, {_kept(out)}. Try a smaller lr or sigma")
+
+
+def _kept(out: Path | None) -> str:
+    saved = checkpoint_step(out) if out else None
+    return (f"the checkpoint of step {saved} in {str(out)!r} is kept" if saved is not None
+            else "no checkpoint had been written")
 
 
 def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stopped: str, t0: float,
