@@ -60,6 +60,8 @@ def run(cfg: TrainConfig, backend) -> dict:
     it has a run directory.
     """
     t0, eng = time.perf_counter(), cfg.engine
+    if eng.resume and not Path(eng.resume).exists():  # never create the directory a resume reads
+        raise FileNotFoundError(f"--resume {eng.resume!r} does not exist")
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
     existed = out is not None and out.exists()
     try:
