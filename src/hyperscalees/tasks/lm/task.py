@@ -154,6 +154,8 @@ class LMTask(AbstractTask):
         super().__init__(seed, device, options)
         o = self.options
         self.corpus: Corpus = load_corpus(o.data or None, o.val_fraction, o.max_bytes)
+        if self.corpus.info.get("note"):  # part of the data is unused: say so, once, before training starts
+            print(f"note: {self.corpus.info['note']}", file=sys.stderr)
         n = self.corpus.train.numel()
         self.seg = n // o.streams
         if self.seg < o.window + 1:
