@@ -8,11 +8,15 @@ step with a checkpoint and exits 130 or 143.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import signal
 import sys
 
+import torch
+
 from ..distributed import BACKEND_CONFIGS, BACKENDS, RayConfig, make_backend
+from ..distributed.ray_checks import check_ray_settings
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..models import ACTIVATIONS
 from ..models.lm import LM_MODELS
@@ -202,20 +206,19 @@ def run(args: argparse.Namespace) -> int:
     from_model = {f"es.{k}" for k in get_task(args.task).model_es_defaults(cfg.options)}  # chosen for the model
     for note in start_notes(cfg, explicit(args) | from_model):
         print(f"note: {note}", file=sys.stderr)
+    # stdout carries the summary alone: what Ray's workers (or anything else) print goes to stderr
+    quiet = contextlib.redirect_stdout(sys.stderr) if cfg.engine.json or hasattr(backend, "report") \
+        else contextlib.nullcontext()
     try:
-        if getattr(args, "run.trainer", "es") == "backprop":
-            lr = cfg.es.lr if "es.lr" in explicit(args) else BACKPROP_LR
-            summary = run_backprop(cfg, lr)
-        else:
-            summary = run_engine(cfg, backend)
-            if hasattr(backend, "report"):
-                summary["backend"] = backend.report()
+        with quiet:
+            summary = _train(args, cfg, backend)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         return fail(prog, str(e))
     except OSError as e:
         return fail(prog, os_error(e))
     finally:
-        backend.close()
+        with quiet:
+            backend.close()
     for note in summary["notes"]:
         print(f"note: {note}", file=sys.stderr)
     print(json_line(summary) if cfg.engine.json else format_summary(summary))
@@ -223,6 +226,16 @@ def run(args: argparse.Namespace) -> int:
         print(interrupted_message(summary), file=sys.stderr)
         return 128 + signal.Signals[summary["signal"]].value
     return 0
+
+
+def _train(args: argparse.Namespace, cfg: TrainConfig, backend) -> dict:
+    if getattr(args, "run.trainer", "es") == "backprop":
+        lr = cfg.es.lr if "es.lr" in explicit(args) else BACKPROP_LR
+        return run_backprop(cfg, lr)
+    summary = run_engine(cfg, backend)
+    if hasattr(backend, "report"):
+        summary["backend"] = backend.report()
+    return summary
 
 
 def backend_from_args(args: argparse.Namespace):
@@ -234,7 +247,10 @@ def backend_from_args(args: argparse.Namespace):
         if stray:
             raise ValueError(f"--{stray[0].replace('_', '-')} needs --backend ray")
         return make_backend(name)
-    return make_backend(name, options)
+    backend = make_backend(name, options)
+    c = backend.config
+    check_ray_settings(c.address, c.gpus_per_worker, c.dashboard, torch.cuda.is_available())  # before Ray starts
+    return backend
 
 
 def start_notes(cfg: TrainConfig, typed: frozenset[str]) -> list[str]:
