@@ -287,9 +287,9 @@ def load_run(directory: str | Path, device: str | torch.device | None = None):
 
     Reads the model and the task state only: evaluating needs no optimizer state.
     """
-    ckpt = load_checkpoint(directory, device, strategy=False)
+    dev = check_device(device if device is not None else "cpu")  # first: a missing GPU is not a damaged file
+    ckpt = load_checkpoint(directory, dev, strategy=False)
     cfg = _parse_config(ckpt.config, directory)
-    dev = check_device(device if device is not None else "cpu")
     task = get_task(cfg.task)(seed=cfg.es.seed, device=dev, options=cfg.options)
     model = task.build_model()
     try:

@@ -153,9 +153,21 @@ def make_env(env_id: str, num_envs: int, device="cpu"):
 
 
 def check_env_id(env_id: str) -> str:
-    """Refuse an unknown id early, naming it (gymnasium's registry is the reference)."""
+    """Refuse an unknown id early, naming it (gymnasium's registry is the reference).
+
+    ``module:Env-v0`` (gymnasium's syntax for custom environments) imports ``module`` first, so
+    the environments it registers can be used from the command line, as ``gym.make`` allows.
+    """
     gym = gymnasium()
-    if env_id not in gym.registry:
-        close = [k for k in gym.registry if env_id.lower().split("-")[0] in k.lower()][:5]
-        raise ValueError(f"unknown environment {env_id!r}" + (f"; did you mean one of {close}?" if close else ""))
+    module, _, name = env_id.rpartition(":")
+    if module:
+        import importlib
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ValueError(f"environment {env_id!r}: cannot import module {module!r} ({e})") from None
+    if name not in gym.registry:
+        close = [k for k in gym.registry if name.lower().split("-")[0] in k.lower()][:5]
+        where = f" (module {module!r} did not register it)" if module else ""
+        raise ValueError(f"unknown environment {name!r}{where}" + (f"; did you mean one of {close}?" if close else ""))
     return env_id
