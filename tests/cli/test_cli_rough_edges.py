@@ -72,3 +72,17 @@ def test_more_threads_than_cores_warns():
     from hyperscalees.tasks.rl import RLTask
     with pytest.warns(RuntimeWarning, match="more than the .* CPU cores"):
         RLTask(options={"env": "CartPole-v1", "threads": (os.cpu_count() or 1) + 1})
+
+
+@pytest.mark.parametrize("model", ["egg", "int8-transformer", "float-gru"])
+def test_arch_defaults_are_train_lms_and_count_from_shapes(model, capsys):
+    import json
+    import math
+    from hyperscalees.models.lm import build_lm
+    from hyperscalees.tasks.lm.task import LMOptions, lm_sizes
+    o = LMOptions()
+    built = build_lm(model, 256, **lm_sizes(model, o.hidden, o.layers, o.window, o.heads))
+    code, out, _ = invoke(["arch", model, "--json"], capsys)
+    assert code == 0 and json.loads(out)["total"] == sum(math.prod(s) for _, s, _ in built.describe())
+    code, out, err = invoke(["arch", model, "--hidden", "10000000", "--json"], capsys)  # never allocated
+    assert code == 0 and json.loads(out)["total"] > 10**14 and "Traceback" not in err
