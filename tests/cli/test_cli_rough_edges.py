@@ -86,3 +86,10 @@ def test_arch_defaults_are_train_lms_and_count_from_shapes(model, capsys):
     assert code == 0 and json.loads(out)["total"] == sum(math.prod(s) for _, s, _ in built.describe())
     code, out, err = invoke(["arch", model, "--hidden", "10000000", "--json"], capsys)  # never allocated
     assert code == 0 and json.loads(out)["total"] > 10**14 and "Traceback" not in err
+
+
+def test_a_relative_data_path_is_stored_absolute(tmp_path, monkeypatch):
+    from hyperscalees.engine import make_config
+    monkeypatch.chdir(tmp_path)
+    cfg = make_config("lm", options={"data": "corpus.txt"})
+    assert cfg.options["data"] == str(tmp_path / "corpus.txt")   # eval/generate/--resume from anywhere
