@@ -93,3 +93,11 @@ def test_a_relative_data_path_is_stored_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = make_config("lm", options={"data": "corpus.txt"})
     assert cfg.options["data"] == str(tmp_path / "corpus.txt")   # eval/generate/--resume from anywhere
+
+
+def test_start_notes_are_not_printed_before_an_error(capsys):
+    pytest.importorskip("gymnasium")
+    code, _, err = invoke(["train", "rl", "--env", "CartPole-v9", "--steps", "1"], capsys)
+    assert code == 2 and "note:" not in err and len(err.strip().splitlines()) == 1
+    code, _, err = invoke(XOR, capsys)
+    assert code == 0 and "note: no --out given" in err

@@ -204,14 +204,13 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as e:
         return fail(prog, str(e))
     from_model = {f"es.{k}" for k in get_task(args.task).model_es_defaults(cfg.options)}  # chosen for the model
-    for note in start_notes(cfg, explicit(args) | from_model):
-        print(f"note: {note}", file=sys.stderr)
+    notes = start_notes(cfg, explicit(args) | from_model)
     # stdout carries the summary alone: what Ray's workers (or anything else) print goes to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if cfg.engine.json or hasattr(backend, "report") \
         else contextlib.nullcontext()
     try:
         with quiet:
-            summary = _train(args, cfg, backend)
+            summary = _train(args, cfg, backend, notes)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         return fail(prog, str(e))
     except OSError as e:
@@ -228,11 +227,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(args: argparse.Namespace, cfg: TrainConfig, backend) -> dict:
+def _train(args: argparse.Namespace, cfg: TrainConfig, backend, notes: list[str]) -> dict:
+    def say_notes():  # once the run is built: not before an error that would make them moot
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+
     if getattr(args, "run.trainer", "es") == "backprop":
         lr = cfg.es.lr if "es.lr" in explicit(args) else BACKPROP_LR
+        say_notes()
         return run_backprop(cfg, lr)
-    summary = run_engine(cfg, backend)
+    summary = run_engine(cfg, backend, on_start=say_notes)
     if hasattr(backend, "report"):
         summary["backend"] = backend.report()
     return summary

@@ -51,13 +51,14 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     return task, model, es
 
 
-def run(cfg: TrainConfig, backend) -> dict:
+def run(cfg: TrainConfig, backend, on_start=None) -> dict:
     """Train ``cfg.engine.steps`` steps in total (or until the time budget or a signal); return a summary.
 
     ``backend`` turns each step's population into fitness (``hyperscalees.distributed``; the CLI
     builds it) and applies the update wherever replicas live. ``summary["signal"]`` names the
     SIGINT/SIGTERM that ended the run early (None otherwise); the run was still checkpointed if
-    it has a run directory.
+    it has a run directory. ``on_start()`` is called once the run is built and about to take its
+    first step (the CLI prints its notes then, not before an error that would make them moot).
     """
     t0, eng = time.perf_counter(), cfg.engine
     if eng.resume and not Path(eng.resume).exists():  # never create the directory a resume reads
@@ -65,14 +66,14 @@ def run(cfg: TrainConfig, backend) -> dict:
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
     existed = out is not None and out.exists()
     try:
-        return _run(cfg, backend, out, t0)
+        return _run(cfg, backend, out, t0, on_start)
     except BaseException:
         if out is not None and not existed:
             remove_empty_failed(out)  # a failed start leaves no directory holding only its lock
         raise
 
 
-def _run(cfg: TrainConfig, backend, out: Path | None, t0: float) -> dict:
+def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) -> dict:
     eng = cfg.engine
     replacing = None  # --overwrite of an existing run: the new one is written beside until it commits
     with contextlib.ExitStack() as stack:
@@ -90,6 +91,8 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float) -> dict:
             remove_orphans(out)  # the files of a save a kill interrupted
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
         backend.start(cfg, task, es)  # after the resume: workers start from the resumed state
+        if on_start is not None:
+            on_start()
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
         saved_at = time.perf_counter()  # a long run loses at most checkpoint_minutes to a kill
