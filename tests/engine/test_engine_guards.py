@@ -119,3 +119,12 @@ def test_a_step_whose_whole_population_is_non_finite_fails_and_keeps_the_last_ch
     with pytest.raises(DivergedError, match=r"every fitness of step 4 is non-finite.*checkpoint of step 2 .* is kept"):
         run(config(out=str(tmp_path), steps=8, checkpoint_every=2), LocalBackend())
     assert load_checkpoint(tmp_path).step == 2
+
+
+def test_the_lm_curve_draws_the_baselines_that_decide_solved():
+    """Issue 19: curve.png of an lm run lacked the bigram/unigram lines `solved` is judged by."""
+    from hyperscalees.engine.metrics import reference_metrics
+    rows = [{"step": 1, "val_bpb": 5.0, "bigram_bpb": 3.7, "unigram_bpb": 4.9, "val_bpt": 9.0, "eval_return_std": 1}]
+    assert reference_metrics(rows, "val_bpb") == ["bigram_bpb", "unigram_bpb"]
+    assert reference_metrics([{"step": 1, "eval_return": 1.0, "eval_return_std": 0.5}], "eval_return") == []
+    assert reference_metrics(rows, "mse") == []
