@@ -101,3 +101,12 @@ def test_start_notes_are_not_printed_before_an_error(capsys):
     assert code == 2 and "note:" not in err and len(err.strip().splitlines()) == 1
     code, _, err = invoke(XOR, capsys)
     assert code == 0 and "note: no --out given" in err
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["train", "xor", "--trainer", "backprop", "--sigma", "0.1"], "--sigma does not apply to --trainer backprop"),
+    (["train", "lm", "--optimizer", "muon"], "--optimizer muon does not apply: this run's update rule is"),
+])
+def test_flags_that_would_be_ignored_are_refused(argv, flag, capsys):
+    code, _, err = invoke(argv + ["--steps", "1"], capsys)
+    assert code == 2 and flag in err and len(err.strip().splitlines()) == 1

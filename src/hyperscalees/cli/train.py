@@ -200,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         return fail(prog, os_error(e))
     try:
+        refuse_inapplicable(args, cfg)
         backend = backend_from_args(args)
     except (ValueError, TypeError) as e:
         return fail(prog, str(e))
@@ -240,6 +241,21 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, backend, notes: list[str]
     if hasattr(backend, "report"):
         summary["backend"] = backend.report()
     return summary
+
+
+def refuse_inapplicable(args: argparse.Namespace, cfg: TrainConfig) -> None:
+    """Refuse a typed flag the run would silently ignore (one line naming it)."""
+    typed = explicit(args)
+    if getattr(args, "run.trainer", "es") == "backprop":
+        stray = sorted(k[3:] for k in typed if k.startswith("es.") and k not in ("es.lr", "es.seed"))
+        stray += sorted(k[len("backend."):] for k in typed if k.startswith("backend."))
+        stray += ["backend"] * ("run.backend" in typed and getattr(args, "run.backend") != "local")
+        if stray:
+            raise ValueError(f"--{stray[0].replace('_', '-')} does not apply to --trainer backprop (it trains "
+                             "in-process by gradient with Adam: only --lr and --seed of the ES flags apply)")
+    if "es.optimizer" in typed and cfg.es.update_rule != "optimizer":
+        raise ValueError(f"--optimizer {cfg.es.optimizer} does not apply: this run's update rule is "
+                         f"{cfg.es.update_rule!r}, not a torch optimizer (add --update-rule optimizer to use one)")
 
 
 def backend_from_args(args: argparse.Namespace):
