@@ -62,7 +62,7 @@ def run(cfg: TrainConfig, backend, on_start=None) -> dict:
     """
     t0, eng = time.perf_counter(), cfg.engine
     if eng.resume and not Path(eng.resume).exists():  # never create the directory a resume reads
-        raise FileNotFoundError(f"--resume {eng.resume!r} does not exist")
+        raise FileNotFoundError(f"no checkpoint in {eng.resume!r}: the directory does not exist (--resume)")
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
     existed = out is not None and out.exists()
     try:

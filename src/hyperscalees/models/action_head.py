@@ -93,8 +93,12 @@ class ActionHead(nn.Module):
         lo_ok, hi_ok = torch.isfinite(self.low), torch.isfinite(self.high)
         low = torch.where(lo_ok, self.low, torch.zeros_like(self.low))
         high = torch.where(hi_ok, self.high, torch.zeros_like(self.high))
-        # halves first: (high - low) of a wide finite range would overflow float32
-        bounded = (low / 2 + high / 2) + torch.tanh(x) * (high / 2 - low / 2)
+        t = torch.tanh(x)
+        # low + (tanh + 1)·(high − low)/2 as before per-dimension bounds (so equal bounds act bit for bit
+        # as they did); a range too wide for float32 (high − low = inf) is scaled from its centre instead
+        span = high - low
+        bounded = torch.where(torch.isfinite(span), low + (t + 1) * span / 2,
+                              (low / 2 + high / 2) + t * (high / 2 - low / 2))
         above = low + F.softplus(x)
         below = high - F.softplus(-x)
         a = torch.where(lo_ok & hi_ok, bounded, torch.where(lo_ok, above, torch.where(hi_ok, below, x)))
