@@ -20,14 +20,16 @@ from cli_helpers import invoke
     (["train", "xor", "--population", "7"], "7"),
     (["train", "xor", "--strategy", "cma"], "cma"),
     (["train", "xor", "--activation", "sine", "--steps", "1"], "sine"),
-    (["train", "xor", "--resume", "/nonexistent/run", "--steps", "1"], "/nonexistent/run"),
-    (["eval", "/nonexistent/run"], "/nonexistent/run"),
+    (["train", "xor", "--resume", "{tmp}/nonexistent/run", "--steps", "1"], "{tmp}/nonexistent/run"),
+    (["eval", "{tmp}/nonexistent/run"], "{tmp}/nonexistent/run"),
     (["train", "xor", "--device", "bogus"], "bogus"),
 ])
-def test_user_errors_exit_2_naming_the_bad_value(argv, bad, capsys):
+def test_user_errors_exit_2_naming_the_bad_value(argv, bad, capsys, tmp_path):
+    argv, bad = [a.format(tmp=tmp_path) for a in argv], bad.format(tmp=tmp_path)  # tests write only in tmp_path
     code, out, err = invoke(argv, capsys)
     assert code == 2
     assert bad in err and "Traceback" not in err
+    assert not (tmp_path / "nonexistent").exists()  # issue 19, item 7: --resume created it (at / in make test)
 
 
 def test_choices_are_listed_for_unknown_task_and_optimizer(capsys):

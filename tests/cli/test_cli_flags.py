@@ -1,5 +1,6 @@
 """Every generated flag lands in the right config field; help works for every command."""
 import argparse
+import os
 from dataclasses import fields
 
 import pytest
@@ -20,15 +21,15 @@ ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 
              "update_rule": ("optimizer", "optimizer"),
              "deterministic": (None, False), "update_precision": ("bf16", "bf16")}
 ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
-                 "checkpoint_every": ("2", 2), "out": ("runs/x", "runs/x"), "resume": ("runs/y", "runs/y"),
-                 "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64), "overwrite": (None, True),
-                 "tensorboard": ("runs/tb", "runs/tb")}
+                 "checkpoint_every": ("2", 2), "checkpoint_minutes": ("2.5", 2.5), "out": ("runs/x", "runs/x"),
+                 "resume": ("runs/y", "runs/y"), "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64),
+                 "overwrite": (None, True), "tensorboard": ("runs/tb", "runs/tb")}
 OPTION_VALUES = {"hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
                  "holdout": ("0.3", 0.3), "env": ("Pendulum-v1", "Pendulum-v1"), "episodes": ("3", 3),
                  "layers": ("1", 1), "max_steps": ("50", 50), "eval_episodes": ("7", 7), "normalize": (None, False),
                  "eval_max_steps": ("60", 60), "starts": ("pair", "pair"),
                  "threads": ("2", 2), "model": ("float-gru", "float-gru"), "heads": ("2", 2), "window": ("33", 33),
-                 "streams": ("3", 3), "data": ("corpus.txt", "corpus.txt"), "val_fraction": ("0.25", 0.25),
+                 "streams": ("3", 3), "data": ("corpus.txt", os.path.abspath("corpus.txt")), "val_fraction": ("0.25", 0.25),
                  "max_bytes": ("1000", 1000), "eval_tokens": ("999", 999), "eval_streams": ("5", 5),
                  "sample_every": ("0", 0), "sample_tokens": ("12", 12), "temperature": ("0.9", 0.9),
                  "min_p": ("0.5", 0.5), "presence_penalty": ("1.5", 1.5), "ntt": ("wht", "wht")}

@@ -93,3 +93,38 @@ def test_two_processes_never_write_one_run(tmp_path):
         with pytest.raises(BadFileError, match="another process is writing"):
             run(config(out=str(tmp_path)), LocalBackend)
     run(config(out=str(tmp_path)), LocalBackend)  # released: fine again
+
+
+def test_long_runs_checkpoint_by_time_by_default(tmp_path, monkeypatch):
+    """Issue 19, item 5: without --checkpoint-every a kill lost everything since the start."""
+    assert make_config("lm").engine.checkpoint_minutes > 0 and make_config("lm").engine.checkpoint_every == 0
+    clock = iter(range(0, 10_000, 100))            # every perf_counter() call: 100 s later
+    monkeypatch.setattr("hyperscalees.engine.loop.time.perf_counter", lambda: float(next(clock)))
+    poison_at(monkeypatch, 5)
+    with pytest.raises(DivergedError, match=r"checkpoint of step 4 .* is kept"):
+        run(config(out=str(tmp_path), steps=8), LocalBackend)
+    assert load_checkpoint(tmp_path).step == 4
+
+
+def test_a_step_whose_whole_population_is_non_finite_fails_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    """Issue 19, item 6: `--lr 1e38 --optimizer sgd` kept finite weights scoring inf and exited 0."""
+    real = XorTask.fitness
+
+    def fitness(self, model, lo, hi, step=0):
+        scores = real(self, model, lo, hi, step)
+        return torch.full_like(scores, math.inf) if step >= 3 else scores
+
+    monkeypatch.setattr(XorTask, "fitness", fitness)
+    monkeypatch.setattr("hyperscalees.strategies.metrics._warned_nonfinite", True)
+    with pytest.raises(DivergedError, match=r"every fitness of step 4 is non-finite.*checkpoint of step 2 .* is kept"):
+        run(config(out=str(tmp_path), steps=8, checkpoint_every=2), LocalBackend)
+    assert load_checkpoint(tmp_path).step == 2
+
+
+def test_the_lm_curve_draws_the_baselines_that_decide_solved():
+    """Issue 19: curve.png of an lm run lacked the bigram/unigram lines `solved` is judged by."""
+    from hyperscalees.engine.metrics import reference_metrics
+    rows = [{"step": 1, "val_bpb": 5.0, "bigram_bpb": 3.7, "unigram_bpb": 4.9, "val_bpt": 9.0, "eval_return_std": 1}]
+    assert reference_metrics(rows, "val_bpb") == ["bigram_bpb", "unigram_bpb"]
+    assert reference_metrics([{"step": 1, "eval_return": 1.0, "eval_return_std": 0.5}], "eval_return") == []
+    assert reference_metrics(rows, "mse") == []

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import math
 
+import torch
+
 from ..models.registry import LM_MODELS, build_lm
-from ..tasks.lm.task import lm_sizes
+from ..tasks.lm.task import LMOptions, lm_sizes
 from .base import fail, json_line
 
 PROG = "hyperscalees arch"
@@ -20,10 +22,12 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("arch", help="print a language model's parameter count table",
                               description="Parameter table (name, shape, dtype, count, total) of an lm model.")
     p.add_argument("model", metavar="MODEL", choices=sorted(LM_MODELS), help=f"one of {', '.join(sorted(LM_MODELS))}")
-    p.add_argument("--hidden", type=int, default=64, help="model width (default: 64)")
-    p.add_argument("--layers", type=int, default=2, help="layers (default: 2)")
+    # train lm's defaults, so `arch MODEL` describes the model `train lm --model MODEL` builds
+    p.add_argument("--hidden", type=int, default=LMOptions.hidden, help=f"model width (default: {LMOptions.hidden})")
+    p.add_argument("--layers", type=int, default=LMOptions.layers, help=f"layers (default: {LMOptions.layers})")
     p.add_argument("--heads", type=int, default=0, help="attention heads of a transformer (0: its default)")
-    p.add_argument("--window", type=int, default=64, help="context length of a transformer (default: 64)")
+    p.add_argument("--window", type=int, default=LMOptions.window,
+                   help=f"context length of a transformer (default: {LMOptions.window})")
     p.add_argument("--vocab", type=int, default=256, help="vocabulary size (default: 256, bytes)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.set_defaults(func=run)
@@ -36,9 +40,13 @@ def table(model) -> list[tuple[str, tuple[int, ...], str, int]]:
 def run(args: argparse.Namespace) -> int:
     try:
         sizes = lm_sizes(args.model, args.hidden, args.layers, args.window, args.heads)
-        model = build_lm(args.model, args.vocab, **sizes)
+        with torch.device("meta"):  # shapes only: a huge --hidden is counted, never allocated
+            model = build_lm(args.model, args.vocab, **sizes)
     except (ValueError, TypeError) as e:
         return fail(PROG, str(e))
+    except (MemoryError, RuntimeError) as e:
+        return fail(PROG, f"cannot build {args.model} with --hidden {args.hidden} --layers {args.layers}: "
+                          f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}")
     rows = table(model)
     total = sum(r[3] for r in rows)
     if args.json:

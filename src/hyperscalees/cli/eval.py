@@ -32,6 +32,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.render is not None and args.episodes is not None and args.render_episodes > args.episodes:
+        return fail("hyperscalees eval", f"--render-episodes {args.render_episodes} is more than the --episodes "
+                    f"{args.episodes} evaluated: the GIF shows scored episodes only")
     try:
         cfg, task, model, step = load_run(args.directory, args.device)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
@@ -45,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
             task.options = dataclasses.replace(task.options, eval_episodes=args.episodes)
         if args.render is not None and not hasattr(task, "render"):
             raise ValueError(f"--render: task {cfg.task!r} cannot draw itself (rl can)")
+        scored = getattr(task.options, "eval_episodes", None)
+        if args.render is not None and scored is not None and args.render_episodes > scored:
+            raise ValueError(f"--render-episodes {args.render_episodes} is more than the {scored} episodes evaluated "
+                             "(--episodes): the GIF shows scored episodes only")
         rendered = (task.render(model, args.render, args.render_episodes, args.frame_every)  # a bad path fails fast
                     if args.render is not None else None)
         metrics = task.evaluate(model)

@@ -2,11 +2,14 @@
 
 Sampling is d-eggs' (temperature 0.6, min-p 0.08, presence penalty 0.2 by default; see
 ``tasks/lm/sampling.py``) and seeded: the same checkpoint, prompt and ``--seed`` print the
-same text.
+same text. On a terminal, non-printable characters are shown escaped (``\x1b``): a model
+can emit terminal escape sequences, which a terminal would otherwise obey; ``--raw``, a pipe
+or a file gets the text as generated.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..engine import load_run
 from ..tasks.lm.sampling import generate
@@ -29,7 +32,14 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.add_argument("--device", default=None, help="torch device (default: cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.add_argument("--raw", action="store_true",
+                   help="write control characters as generated even to a terminal (default: escaped there)")
     p.set_defaults(func=run)
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every non-printable character but newline and tab escaped as Python writes it."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,5 +60,6 @@ def run(args: argparse.Namespace) -> int:
         print(json_line({"directory": args.directory, "step": step, "model": cfg.options["model"],
                          "prompt": args.prompt, "seed": args.seed, "tokens": out, "text": text}))
     else:
-        print(args.prompt + text)
+        shown = args.prompt + text
+        print(shown if args.raw or not sys.stdout.isatty() else terminal_safe(shown))
     return 0

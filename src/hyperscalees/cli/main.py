@@ -10,6 +10,7 @@ import importlib
 import os
 import signal
 import sys
+import warnings
 
 from ..engine.checkpoint import package_version
 from .allocator import keep_freed_memory
@@ -73,11 +74,18 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     return args
 
 
+def _as_note(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the CLI's other remarks: one ``note:`` line, without a source path."""
+    print(f"note: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), argv)
     keep_freed_memory()  # population forwards churn activation-sized temporaries
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():  # restores the caller's warning display afterwards
+            warnings.showwarning = _as_note
+            return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into head & co.: not an error
         sys.stdout = open(os.devnull, "w")
         return 0

@@ -8,12 +8,16 @@ step with a checkpoint and exits 130 or 143.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from dataclasses import fields
 import signal
 import sys
 
+import torch
+
 from ..distributed import BACKENDS, backend_factory
+from ..distributed.ray_checks import check_ray_settings
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
 from ..models import ACTIVATIONS
 from ..models.registry import LM_MODELS
@@ -30,7 +34,8 @@ from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, j
 
 TRAINERS = ("es", "backprop")
 BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
-RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "chunk")  # the rest is about this invocation
+# the rest is about this invocation
+RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "checkpoint_minutes", "chunk")
 # choices read from the registries when the flags are built (a registered rule or shaping appears)
 ES_CHOICES = {"optimizer": lambda: tuple(OPTIMIZERS), "shaping": lambda: tuple(sorted(SHAPINGS)),
               "distribution": DISTRIBUTIONS, "estimator": ESTIMATORS, "group_fitness": GROUP_FITNESS,
@@ -57,7 +62,9 @@ HELP = {
     # engine
     "steps": "total ES steps (a resumed run continues up to this count)",
     "time_budget": "stop before the next step would exceed SECONDS of wall time",
-    "eval_every": "held-out metrics every K steps", "checkpoint_every": "checkpoint every K steps (0: at the end)",
+    "eval_every": "held-out metrics every K steps",
+    "checkpoint_every": "checkpoint every K steps (0: by time, --checkpoint-minutes)",
+    "checkpoint_minutes": "also checkpoint whenever MINUTES of wall time passed since the last one (0: never)",
     "out": "run directory for checkpoints, metrics and curve.png (default: none, nothing is saved)",
     "resume": "continue the run saved in DIR; flags not given here keep that run's values",
     "device": "torch device (default: cuda if available, else cpu)", "json": "print one JSON summary line",
@@ -113,7 +120,8 @@ HELP = {
 }
 OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": STARTS, "model": tuple(sorted(LM_MODELS)),
                   "ntt": ("none", "wht", "fermat")}
-METAVARS = {"out": "DIR", "resume": "DIR", "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
+METAVARS = {"checkpoint_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
+            "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
             "steps": "N", "chunk": "N", "device": "DEVICE", "tensorboard": "DIR"}
 
 
@@ -197,18 +205,18 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         return fail(prog, os_error(e))
     try:
+        refuse_inapplicable(args, cfg)
         backend = backend_from_args(args)
     except (ValueError, TypeError) as e:
         return fail(prog, str(e))
     from_model = {f"es.{k}" for k in get_task(args.task).model_es_defaults(cfg.options)}  # chosen for the model
-    for note in start_notes(cfg, explicit(args) | from_model):
-        print(f"note: {note}", file=sys.stderr)
+    notes = start_notes(cfg, explicit(args) | from_model)
+    # stdout carries the summary alone: what Ray's workers (or anything else) print goes to stderr
+    quiet = contextlib.redirect_stdout(sys.stderr) if cfg.engine.json or getattr(args, "run.backend") != "local" \
+        else contextlib.nullcontext()
     try:
-        if getattr(args, "run.trainer", "es") == "backprop":
-            lr = cfg.es.lr if "es.lr" in explicit(args) else BACKPROP_LR
-            summary = run_backprop(cfg, lr)
-        else:
-            summary = run_engine(cfg, backend)
+        with quiet:
+            summary = _train(args, cfg, backend, notes)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         return fail(prog, str(e))
     except OSError as e:
@@ -220,6 +228,33 @@ def run(args: argparse.Namespace) -> int:
         print(interrupted_message(summary), file=sys.stderr)
         return 128 + signal.Signals[summary["signal"]].value
     return 0
+
+
+def _train(args: argparse.Namespace, cfg: TrainConfig, backend, notes: list[str]) -> dict:
+    def say_notes():  # once the run is built: not before an error that would make them moot
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+
+    if getattr(args, "run.trainer", "es") == "backprop":
+        lr = cfg.es.lr if "es.lr" in explicit(args) else BACKPROP_LR
+        say_notes()
+        return run_backprop(cfg, lr)
+    return run_engine(cfg, backend, on_start=say_notes)
+
+
+def refuse_inapplicable(args: argparse.Namespace, cfg: TrainConfig) -> None:
+    """Refuse a typed flag the run would silently ignore (one line naming it)."""
+    typed = explicit(args)
+    if getattr(args, "run.trainer", "es") == "backprop":
+        stray = sorted(k[3:] for k in typed if k.startswith("es.") and k not in ("es.lr", "es.seed"))
+        stray += sorted(k[len("backend."):] for k in typed if k.startswith("backend."))
+        stray += ["backend"] * ("run.backend" in typed and getattr(args, "run.backend") != "local")
+        if stray:
+            raise ValueError(f"--{stray[0].replace('_', '-')} does not apply to --trainer backprop (it trains "
+                             "in-process by gradient with Adam: only --lr and --seed of the ES flags apply)")
+    if "es.optimizer" in typed and cfg.es.update_rule != "optimizer":
+        raise ValueError(f"--optimizer {cfg.es.optimizer} does not apply: this run's update rule is "
+                         f"{cfg.es.update_rule!r}, not a torch optimizer (add --update-rule optimizer to use one)")
 
 
 def backend_from_args(args: argparse.Namespace):
@@ -234,7 +269,11 @@ def backend_from_args(args: argparse.Namespace):
         needs = [n for n, b in BACKENDS.items() if getattr(b, "Config", None) is not None
                  and stray[0] in {f.name for f in fields(b.Config)}]
         raise ValueError(f"--{stray[0].replace('_', '-')} needs --backend {needs[0] if needs else '?'}")
-    return backend_factory(name, {k: v for k, v in options.items() if k in own})
+    factory = backend_factory(name, {k: v for k, v in options.items() if k in own})
+    config = getattr(factory, "keywords", {}).get("config")
+    if name == "ray":  # before Ray starts: a bad address or a missing GPU is one line, not a hang
+        check_ray_settings(config.address, config.gpus_per_worker, config.dashboard, torch.cuda.is_available())
+    return factory
 
 
 def start_notes(cfg: TrainConfig, typed: frozenset[str]) -> list[str]:

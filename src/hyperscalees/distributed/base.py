@@ -32,6 +32,7 @@ class AbstractBackend:
         self.recipe = recipe
         self.es, self.fitness = cook(recipe)
         self.chunk = None if chunk is None else check_chunk(chunk, self.es.population)
+        self.last_fitness = None
 
     @property
     def model(self):
@@ -49,6 +50,7 @@ class AbstractBackend:
     def step(self) -> StepMetrics:
         """One ES step: evaluate, shape on the driver, update everywhere; the step's metrics."""
         fitness = check_fitness(self.evaluate(), self.es.population)
+        self.last_fitness = fitness  # (P,) or (P, G) raw scores of the step just taken, on the device
         return self.update(self.es.shape(fitness)) | fitness_stats(fitness)
 
     def report(self) -> dict:

@@ -17,13 +17,14 @@ directory is fsync'd again are the previous checkpoint's files deleted. Killed a
 before the rename, the old pointer still names the old, complete files; killed after it,
 the new one names the new files. A reader opens only what the pointer names, and the
 files of an interrupted save are orphans that :func:`remove_orphans` deletes on the next start.
+A save deletes only the files the previous pointer named, never anything else in the directory.
 
 Saving the step a pointer already names (a resumed run that had nothing left to do, or a
 new run replacing an old one with ``--overwrite``) uses the name ``model-000060-1...``, so a
 committed file is never overwritten in place. Checkpoints of earlier versions (format 1 and 2)
 kept the strategy and task states as ``torch.save`` pickles (``strategy-000060.pt``); they are
-refused with a message saying so rather than unpickled. Their files are still recognised, so
-``--overwrite`` replaces them and orphan cleanup removes them.
+refused with a message saying so rather than unpickled. Their files are still recognised as a
+run's, so ``--overwrite`` replaces them (engine/run_dir.py).
 """
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def save_checkpoint(directory: str | os.PathLike, es, config: dict, extra: dict 
     sd = es.state_dict()
     tensors = {k: v.detach().contiguous().clone() for k, v in sd["model"].items()}
     previous = committed_files(directory) or set()
-    names = step_file_names(step, previous)
+    names = step_file_names(step, previous | {p.name for p in directory.iterdir()})  # never over any file
     # flattened first: an unstorable leaf fails here, naming its path, before any file is written
     states = {"strategy": flatten(sd["strategy"], copy=False), "task": flatten(task_state or {}, copy=False)}
     atomic_write(directory / names["model"], lambda tmp: save_file(tensors, tmp, metadata={"step": str(step)}))
@@ -97,7 +98,7 @@ def save_checkpoint(directory: str | os.PathLike, es, config: dict, extra: dict 
     text = json.dumps(json_safe(meta)[0], indent=2, default=str, allow_nan=False) + "\n"
     atomic_write(directory / META_FILE, lambda tmp: Path(tmp).write_text(text))
     fsync_dir(directory)  # the commit is durable: only now may the previous checkpoint go
-    _remove_step_files(directory, keep=set(names.values()))
+    _remove_files(directory, (previous or set()) - set(names.values()))
     return {**{part: directory / name for part, name in names.items()}, "pointer": directory / META_FILE}
 
 
@@ -160,28 +161,30 @@ def checkpoint_step(directory: str | os.PathLike) -> int | None:
 
 
 def remove_orphans(directory: str | os.PathLike) -> list[str]:
-    """Delete what interrupted saves left behind: temporaries and step files no pointer names.
+    """Delete what interrupted saves of this run left behind: temporaries and step files no pointer names.
 
-    If the pointer itself is unreadable nothing but temporaries is touched: the step files
-    may be all that is left of the run.
+    Only a run directory (one with a readable pointer) loses step files, and only files
+    named the way :func:`save_checkpoint` names them: a directory without a pointer may be
+    anything, and its ``model-000001.safetensors`` someone's model. If the pointer is
+    unreadable nothing but temporaries is touched: the step files may be all that is left.
     """
     directory = Path(directory)
     if not directory.is_dir():
         return []
     removed = remove_temporaries(directory)
-    keep = committed_files(directory)
-    if keep is not None:
-        removed += _remove_step_files(directory, keep)
+    keep = committed_files(directory) if has_checkpoint(directory) else None
+    if keep:
+        removed += _remove_files(directory, {p.name for p in directory.iterdir()
+                                             if STEP_FILE.match(p.name) and p.name not in keep})
     return removed
 
 
-def _remove_step_files(directory: Path, keep: set[str]) -> list[str]:
+def _remove_files(directory: Path, names: set[str]) -> list[str]:
     removed = []
-    for p in directory.iterdir():
-        if p.name not in keep and (STEP_FILE.match(p.name) or p.name in (MODEL_FILE, STRATEGY_FILE)):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-            removed.append(p.name)
+    for name in sorted(names):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
+            removed.append(name)
     return removed
 
 

@@ -26,7 +26,8 @@ class EngineConfig:
     steps: int = 100                    # total ES steps; a resumed run continues up to this count
     time_budget: float | None = None    # seconds; stop before the next step would exceed it
     eval_every: int = 10                # held-out metrics every k steps (and always at the end)
-    checkpoint_every: int = 0           # 0: only at the end of the run
+    checkpoint_every: int = 0           # steps between checkpoints; 0: by time only (checkpoint_minutes)
+    checkpoint_minutes: float = 5.0     # also checkpoint when this much wall time passed since the last (0: never)
     out: str | None = None              # run directory: checkpoint, metrics.jsonl/.csv, curve.png
     resume: str | None = None           # a previous run directory to continue from
     device: str | None = None           # None: cuda if available, else cpu
@@ -44,6 +45,8 @@ class EngineConfig:
             raise ValueError(f"eval_every must be >= 1, got {self.eval_every!r}")
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every!r}")
+        if not (math.isfinite(self.checkpoint_minutes) and self.checkpoint_minutes >= 0):
+            raise ValueError(f"checkpoint_minutes must be a finite number >= 0, got {self.checkpoint_minutes!r}")
         if self.chunk is not None and (self.chunk < 2 or self.chunk % 2):
             raise ValueError(f"chunk must be an even number >= 2 (whole antithetic pairs), got {self.chunk!r}")
         if self.device is not None:

@@ -34,6 +34,7 @@ from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
 from .recipe import TaskRecipe
 from .tensorboard import TensorBoardSink
+from .run_dir import Replacement, holds_anything, refuse_nonempty, remove_empty_failed
 
 # what a strategy's or a model's load_state_dict raises on a state of another shape
 _STATE_ERRORS = (KeyError, ValueError, TypeError, IndexError, RuntimeError, AttributeError)
@@ -52,7 +53,7 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     return task, model, es
 
 
-def run(cfg: TrainConfig, backend: Callable | None = None) -> dict:
+def run(cfg: TrainConfig, backend: Callable | None = None, on_start: Callable[[], None] | None = None) -> dict:
     """Train ``cfg.engine.steps`` steps in total (or until the time budget or a signal); return a summary.
 
     ``backend``: ``recipe -> backend`` (a backend class, or ``distributed.backend_factory``'s
@@ -60,15 +61,34 @@ def run(cfg: TrainConfig, backend: Callable | None = None) -> dict:
     each step's population into fitness, applies the update wherever replicas live, and is
     closed when the run ends; its ``report()`` lands in ``summary["backend"]``.
     ``summary["signal"]`` names the SIGINT/SIGTERM that ended the run early (None otherwise);
-    the run was still checkpointed if it has a run directory.
+    the run was still checkpointed if it has a run directory. ``on_start()`` is called once the
+    run is built and about to take its first step (the CLI prints its notes then, not before an
+    error that would make them moot).
     """
     t0, eng = time.perf_counter(), cfg.engine
+    if eng.resume and not Path(eng.resume).exists():  # never create the directory a resume reads
+        raise FileNotFoundError(f"no checkpoint in {eng.resume!r}: the directory does not exist (--resume)")
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
+    existed = out is not None and out.exists()
+    try:
+        return _run(cfg, backend, out, t0, on_start)
+    except BaseException:
+        if out is not None and not existed:
+            remove_empty_failed(out)  # a failed start leaves no directory holding only its lock
+        raise
+
+
+def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) -> dict:
+    eng = cfg.engine
+    replacing = None  # --overwrite of an existing run: the new one is written beside until it commits
     with contextlib.ExitStack() as stack:
         if out:
             flag = "--out" if eng.out else "--resume"
             stack.enter_context(exclusive(check_directory(out, flag)))  # one writer per run directory
             _refuse_existing_run(out, cfg)
+            if eng.overwrite and not _resuming_in_place(out, cfg) and holds_anything(out):
+                replacing = stack.enter_context(Replacement(out))
+        out = replacing.staging if replacing else out
         backend = (backend or LocalBackend)(TaskRecipe(cfg.to_dict()), chunk=eng.chunk)
         stack.callback(backend.close)
         es, task = backend.es, backend.fitness.task
@@ -79,14 +99,18 @@ def run(cfg: TrainConfig, backend: Callable | None = None) -> dict:
             remove_orphans(out)  # the files of a save a kill interrupted
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
         board = stack.enter_context(TensorBoardSink(eng.tensorboard)) if eng.tensorboard else None
+        if on_start is not None:
+            on_start()
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
+        saved_at = time.perf_counter()  # a long run loses at most checkpoint_minutes to a kill
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
                                    disable=eng.json or not sys.stderr.isatty()) as bar:
             while es.step < eng.steps and not stop.requested:
                 ts = time.perf_counter()
                 stats = dict(backend.step())  # read: one sync
                 _check_finite(model, es.step, out)
+                _check_population(stats, backend.last_fitness.numel(), es.step, out)
                 step_time = time.perf_counter() - ts
                 out_of_time = eng.time_budget is not None and \
                     time.perf_counter() - t0 + step_time > eng.time_budget
@@ -103,8 +127,9 @@ def run(cfg: TrainConfig, backend: Callable | None = None) -> dict:
                 bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
                                 **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"},
                                 **task.progress(step_time))
-                if out and eng.checkpoint_every and es.step % eng.checkpoint_every == 0 and not last:
+                if out and not last and _checkpoint_due(eng, es.step, saved_at):
                     save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict())
+                    out, saved_at = _swap_in(replacing, logger, out), time.perf_counter()
                 if out_of_time and es.step < eng.steps:
                     stopped = "time_budget"
                     break
@@ -112,8 +137,9 @@ def run(cfg: TrainConfig, backend: Callable | None = None) -> dict:
                 metrics = task.evaluate(model)
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
-        summary = _finish(cfg, task, es, out, metrics, stopped, t0)
+        summary = _finish(cfg, task, es, out, metrics, stopped, t0, commit=partial(_swap_in, replacing, logger))
         summary["signal"] = signal_name(stop.signum) if stop.requested else None
+        summary["notes"] += replacing.notes if replacing else []
         if backend.report():
             summary["backend"] = backend.report()
     return summary
@@ -125,16 +151,39 @@ def _say_stopping(signum: int, saving: bool) -> None:
           file=sys.stderr, flush=True)
 
 
+def _checkpoint_due(eng, step: int, saved_at: float) -> bool:
+    """Every ``checkpoint_every`` steps, and whenever ``checkpoint_minutes`` passed since the last save."""
+    if eng.checkpoint_every and step % eng.checkpoint_every == 0:
+        return True
+    return bool(eng.checkpoint_minutes) and time.perf_counter() - saved_at >= 60.0 * eng.checkpoint_minutes
+
+
+def _swap_in(replacing: Replacement | None, logger: MetricsLogger | None, out: Path) -> Path:
+    """After a commit: an ``--overwrite`` run written beside its target takes its place now."""
+    if replacing is None or replacing.committed:
+        return out
+    final = replacing.commit()
+    if logger:
+        logger.moved_to(final)
+    return final
+
+
+def _resuming_in_place(out: Path, cfg: TrainConfig) -> bool:
+    return bool(cfg.engine.resume) and Path(cfg.engine.resume).resolve() == out.resolve()
+
+
 def _refuse_existing_run(out: Path, cfg: TrainConfig) -> None:
-    """A run in ``out`` is replaced only when asked to (``--overwrite``) or continued (``--resume``)."""
+    """A run in ``out`` is replaced only when asked to (``--overwrite``) or continued (``--resume``);
+    a directory of other files is never written into unless ``--overwrite`` says replace it."""
     eng = cfg.engine
-    if eng.overwrite or (eng.resume and Path(eng.resume).resolve() == out.resolve()):
+    if eng.overwrite or _resuming_in_place(out, cfg):
         return
     if has_checkpoint(out) or (out / JSONL_FILE).exists():
         step = checkpoint_step(out)
         what = f"a run (checkpoint at step {step})" if step is not None else "a run's files"
         raise ValueError(f"{str(out)!r} already holds {what}; continue it with --resume {out} "
                          "or replace it with --overwrite")
+    refuse_nonempty(out)
 
 
 def _check_finite(model: torch.nn.Module, step: int, out: Path | None) -> None:
@@ -150,18 +199,33 @@ def _check_finite(model: torch.nn.Module, step: int, out: Path | None) -> None:
     bad = [n for n, p in params if not bool(torch.isfinite(p).all())]
     if not bad:
         return
-    saved = checkpoint_step(out) if out else None
-    kept = (f"the checkpoint of step {saved} in {str(out)!r} is kept" if saved is not None
-            else "no checkpoint had been written")
     raise DivergedError(f"the weights became non-finite at step {step} ({', '.join(bad[:3])}"
-                        f"{', ...' if len(bad) > 3 else ''}); stopped without saving them, {kept}. "
+                        f"{', ...' if len(bad) > 3 else ''}); stopped without saving them, {_kept(out)}. "
                         "Try a smaller lr or sigma")
 
 
-def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stopped: str, t0: float) -> dict:
+def _check_population(stats: dict, size: int, step: int, out: Path | None) -> None:
+    """A step whose every fitness is NaN or infinite carries no signal: its update is zero and every
+    later one too, so the run would "finish" on a diverged model. Stop instead."""
+    if size and stats["nonfinite"] >= size:
+        raise DivergedError(f"every fitness of step {step} is non-finite (NaN or infinite): the run diverged; "
+                            f"stopped without saving it, {_kept(out)}. Try a smaller lr or sigma")
+
+
+def _kept(out: Path | None) -> str:
+    saved = checkpoint_step(out) if out else None
+    return (f"the checkpoint of step {saved} in {str(out)!r} is kept" if saved is not None
+            else "no checkpoint had been written")
+
+
+def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stopped: str, t0: float,
+            commit=lambda out: out) -> dict:
     notes, paths = [], {}
     if out:
         files = save_checkpoint(out, es, cfg.to_dict(), extra={"metrics": metrics}, task_state=task.state_dict())
+        new = commit(out)
+        files = {k: new / Path(v).name for k, v in files.items()}
+        out = new
         plot, why = plot_curve(out, task.metric)
         if why:
             notes.append(why)
@@ -237,9 +301,9 @@ def load_run(directory: str | Path, device: str | torch.device | None = None):
 
     Reads the model and the task state only: evaluating needs no optimizer state.
     """
-    ckpt = load_checkpoint(directory, device, strategy=False)
+    dev = check_device(device if device is not None else "cpu")  # first: a missing GPU is not a damaged file
+    ckpt = load_checkpoint(directory, dev, strategy=False)
     cfg = _parse_config(ckpt.config, directory)
-    dev = check_device(device if device is not None else "cpu")
     task = get_task(cfg.task)(seed=cfg.es.seed, device=dev, options=cfg.options)
     model = task.build_model()
     try:

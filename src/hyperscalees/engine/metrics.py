@@ -73,6 +73,12 @@ class MetricsLogger:
         atomic_write(self.jsonl_path, lambda tmp: self._write_jsonl(tmp, kept))
         atomic_write(self.csv_path, lambda tmp: self._write_csv(tmp, kept))
 
+    def moved_to(self, directory: str | Path) -> None:
+        """Go on appending in ``directory``: the run directory was renamed (an ``--overwrite`` swap)."""
+        self.directory = Path(directory)
+        self.jsonl_path = self.directory / JSONL_FILE
+        self.csv_path = self.directory / CSV_FILE
+
     def _write_jsonl(self, path: str, rows: list[dict]) -> None:
         with open(path, "w") as f:
             for r in rows:
@@ -94,11 +100,23 @@ class MetricsLogger:
             w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in self.columns})
 
 
+def reference_metrics(rows: list[dict], metric: str) -> list[str]:
+    """Other logged metrics in ``metric``'s unit (its suffix after the first ``_``), e.g. ``bigram_bpb``
+    and ``unigram_bpb`` beside ``val_bpb``: the baselines a run is judged against."""
+    prefix, sep, unit = metric.partition("_")
+    if not sep:
+        return []
+    names = {k for r in rows for k in r if k != metric and k.endswith("_" + unit) and k.count("_") == 1}
+    return sorted(names)
+
+
 def plot_curve(directory: str | Path, metric: str) -> tuple[Path | None, str | None]:
     """Draw mean fitness and the task ``metric`` against step into ``curve.png``.
 
     Returns (path, None), or (None, reason) when matplotlib is missing or nothing was logged:
-    a missing plot must never fail a finished training run.
+    a missing plot must never fail a finished training run. Logged baselines in the metric's
+    unit (:func:`reference_metrics`: lm's bigram and unigram bits per byte, which decide
+    ``solved``) are drawn dashed beside it.
     """
     directory = Path(directory)
     try:
@@ -118,7 +136,12 @@ def plot_curve(directory: str | Path, metric: str) -> tuple[Path | None, str | N
     ax1.plot([s for s, _ in fit], [v for _, v in fit])
     ax1.set(xlabel="step", ylabel="mean fitness", title="population fitness")
     pts = [(r["step"], r[metric]) for r in rows if r.get(metric) is not None]
-    ax2.plot([s for s, _ in pts], [v for _, v in pts], marker=".")
+    ax2.plot([s for s, _ in pts], [v for _, v in pts], marker=".", label=metric)
+    for ref in reference_metrics(rows, metric):
+        ref_pts = [(r["step"], r[ref]) for r in rows if r.get(ref) is not None]
+        ax2.plot([s for s, _ in ref_pts], [v for _, v in ref_pts], linestyle="--", label=ref)
+    if len(ax2.get_lines()) > 1:
+        ax2.legend()
     ax2.set(xlabel="step", ylabel=metric, title=f"{metric} of the unperturbed model")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)

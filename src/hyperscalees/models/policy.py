@@ -1,7 +1,8 @@
 """Deterministic control policies: observation normalisation, an MLP trunk, an action head.
 
-ES perturbs the weights, not the actions, so a policy is deterministic: the argmax of its
-logits for discrete actions, ``tanh`` scaled to the action bounds for continuous ones.
+ES perturbs the weights, not the actions, so a policy is deterministic: its actor's outputs
+become actions by a fixed rule per kind of action space (``action_head.py``: argmax of logits
+for discrete actions, ``tanh`` scaled to each dimension's bounds for a bounded Box, ...).
 The observation statistics are buffers, not parameters: ES never perturbs them, they are
 saved with the model (a reloaded policy acts exactly as it did), and the task that
 gathers them replaces them between steps (tasks/rl/normalize.py).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .action_head import ActionHead, ActionSpec
 from .mlp import ACTIVATIONS, mlp
 
 
@@ -33,23 +35,34 @@ class ObsNorm(nn.Module):
 
 
 class Policy(nn.Module):
-    """obs (B, obs_dim) -> actions (B,) int64 for ``discrete`` spaces, (B, act_dim) in [low, high] otherwise."""
+    """obs (B, obs_dim) -> actions of ``action``'s space (``ActionHead``).
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int = 32, layers: int = 2, activation: str = "tanh",
-                 discrete: bool = True, low: float = -1.0, high: float = 1.0):
+    ``action`` may be given as an int: that many discrete choices (``Discrete(action)``).
+    """
+
+    def __init__(self, obs_dim: int, action: ActionSpec | int, hidden: int = 32, layers: int = 2,
+                 activation: str = "tanh"):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
-        self.discrete = discrete
+        if isinstance(action, int):
+            action = ActionSpec("discrete", action)
         self.norm = ObsNorm(obs_dim)
         self.trunk = nn.Sequential(mlp([obs_dim] + [hidden] * layers, activation), ACTIVATIONS[activation]())
-        self.actor = nn.Linear(hidden, act_dim)
+        self.actor = nn.Linear(hidden, action.outputs)
         self.critic = nn.Linear(hidden, 1).requires_grad_(False)
-        self.register_buffer("low", torch.tensor(float(low)))
-        self.register_buffer("high", torch.tensor(float(high)))
+        self.head = ActionHead(action)
 
     def forward(self, obs: Tensor) -> Tensor:
-        out = self.actor(self.trunk(self.norm(obs)))
-        if self.discrete:
-            return out.argmax(dim=-1)
-        return self.low + (torch.tanh(out) + 1) * (self.high - self.low) / 2
+        return self.head(self.actor(self.trunk(self.norm(obs))))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Models saved before per-dimension bounds held two scalar buffers "low"/"high" (one range
+        # for every dimension, which was the bug): the bounds are the environment's, so take ours.
+        legacy = [prefix + k for k in ("low", "high")]
+        if any(k in state_dict for k in legacy):
+            for k in legacy:
+                state_dict.pop(k, None)
+            for name, buf in self.head.named_buffers():
+                state_dict.setdefault(f"{prefix}head.{name}", buf.clone())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -40,6 +40,8 @@ class ESConfig:
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
+        if isinstance(self.seed, int) and not -(1 << 63) <= self.seed < (1 << 63):  # torch seeds are 64-bit
+            raise ValueError(f"seed must fit in 64 bits (from {-(1 << 63)} to {(1 << 63) - 1}), got {self.seed!r}")
         check_distribution(self.distribution)
         if self.optimizer not in (*OPTIMIZERS, "custom"):  # custom: a torch.optim class or factory was passed
             raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {sorted(OPTIMIZERS)}")

@@ -98,3 +98,14 @@ def test_eval_refuses_episodes_and_render_for_tasks_without_them(tmp_path, capsy
     assert code == 2 and "'xor' has no evaluation episodes" in err
     code, _, err = invoke(["eval", str(tmp_path), "--render", str(tmp_path / "x.gif")], capsys)
     assert code == 2 and "'xor' cannot draw itself" in err and not (tmp_path / "x.gif").exists()
+
+
+def test_rendering_prints_nothing_about_sdl_audio():
+    """Issue 19: SDL printed `error: XDG_RUNTIME_DIR is invalid ...` on every render without a session."""
+    import os
+    import subprocess
+    code = ("from hyperscalees.tasks.rl.render import _make_render_env\n"
+            "e = _make_render_env('CartPole-v1'); e.reset(seed=0); e.render(); e.close()")
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "XDG_RUNTIME_DIR" not in r.stderr + r.stdout

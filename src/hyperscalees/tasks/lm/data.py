@@ -10,7 +10,10 @@ Three sources, chosen by ``--data``:
   when ``crc32(relative path) % 1000 < 1000·val_fraction``, so the same file lands on the
   same side on every machine and for every cap; the split is recorded in the run.
 * a file: any text or binary file read as bytes (vocabulary 256); the last ``val_fraction``
-  of it is the validation stream.
+  of it is the validation stream. Only the first ``max_bytes`` are read (never the whole file
+  first), and ``info["note"]`` says so when the file is longer; a file that would not fit in
+  memory (the ids are int64 tensors, ~17 bytes of memory per byte of data while splitting) is
+  refused up front, naming ``--max-bytes``. A device or pipe is read only with a ``max_bytes`` cap.
 * a directory holding d-eggs' token format: ``input.bin`` (uint32 little-endian ids, no
   header) and ``decoding.bin`` (u32 vocab size, then per id a u32 length and that many bytes
   of the token's text). Every id is checked against the vocabulary; bits per byte use the
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sysconfig
 import zlib
 from dataclasses import dataclass, field
@@ -98,11 +102,66 @@ def load_corpus(path: str | None = None, val_fraction: float = 0.05, max_bytes: 
         return token_corpus(p, val_fraction)
     if not p.exists():
         raise DataError(f"data path {str(p)!r} does not exist")
-    data = np.fromfile(p, dtype=np.uint8)
-    if max_bytes:
-        data = data[:max_bytes]
-    return split_stream(torch.from_numpy(data.astype(np.int64)), val_fraction, 256, BYTE_PIECES,
-                        {"source": str(p), "format": "bytes"})
+    data, note = read_byte_file(p, max_bytes)
+    info = {"source": str(p), "format": "bytes"} | ({"note": note} if note else {})
+    return split_stream(torch.from_numpy(data.astype(np.int64)), val_fraction, 256, BYTE_PIECES, info)
+
+
+BYTES_PER_TOKEN = 17  # memory per byte of data while loading: the bytes, their int64 ids, and the split's copies
+
+
+def available_memory() -> int | None:
+    """Bytes of physical memory free now (None where the platform does not say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(path: Path, n: int, per_item: int = BYTES_PER_TOKEN) -> None:
+    """Refuse, naming --max-bytes, data whose tensors would not fit in the memory free now."""
+    free = available_memory()
+    if free is not None and n * per_item > free:
+        cap = max(1, free // (2 * per_item))
+        raise DataError(f"--data {str(path)!r}: loading its {n:,} tokens needs about {n * per_item / 2**30:.1f} GiB "
+                        f"of memory, more than the {free / 2**30:.1f} GiB free; read part of it with --max-bytes "
+                        f"(e.g. --max-bytes {cap})")
+
+
+def read_byte_file(path: Path, max_bytes: int) -> tuple[np.ndarray, str | None]:
+    """(the first ``max_bytes`` bytes of ``path``, or all of it if 0; a note when that is not all of it)."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise DataError(f"cannot read --data {str(path)!r}: {e.strerror or e}") from None
+    regular = stat.S_ISREG(st.st_mode)
+    if not regular and not max_bytes:
+        raise DataError(f"--data {str(path)!r} is not a regular file (a device or pipe has no length): give "
+                        "--max-bytes N to read its first N bytes")
+    n = min(st.st_size, max_bytes) if regular and max_bytes else (st.st_size if regular else max_bytes)
+    check_fits(path, n)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(n) if regular else _read_exactly(f, n)
+    except OSError as e:
+        raise DataError(f"cannot read --data {str(path)!r}: {e.strerror or e}") from None
+    note = None
+    if regular and st.st_size > len(raw):
+        note = (f"--data {str(path)!r}: using its first {len(raw):,} of {st.st_size:,} bytes (--max-bytes "
+                f"{max_bytes}; --max-bytes 0 reads all of it)")
+    return np.frombuffer(raw, dtype=np.uint8), note
+
+
+def _read_exactly(f, n: int) -> bytes:
+    """Up to ``n`` bytes of a stream that may return less per read (a pipe)."""
+    parts, got = [], 0
+    while got < n:
+        chunk = f.read(n - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
 
 
 def split_stream(ids: Tensor, val_fraction: float, vocab: int, pieces, info: dict) -> Corpus:
@@ -199,6 +258,7 @@ def token_corpus(directory: Path, val_fraction: float) -> Corpus:
         raise DataError(f"{str(inp)!r} is empty")
     if size % 4:
         raise DataError(f"{str(inp)!r} has {size} bytes, not a whole number of uint32 token ids")
+    check_fits(inp, size // 4, per_item=4 + BYTES_PER_TOKEN)
     ids = np.fromfile(inp, dtype="<u4")
     bad = np.nonzero(ids >= len(pieces))[0]
     if bad.size:

@@ -23,6 +23,7 @@ baselines of the same targets (``metrics.py``).
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from dataclasses import dataclass
 
@@ -91,6 +92,8 @@ class LMOptions:
         check_sampling(self.temperature, self.min_p, self.presence_penalty)
         if self.ntt not in NTT_CHOICES:
             raise ValueError(f"unknown ntt {self.ntt!r}; choose one of {NTT_CHOICES}")
+        if self.data:  # absolute: eval, generate and --resume of the run work from any directory
+            object.__setattr__(self, "data", os.path.abspath(os.path.expanduser(self.data)))
 
 
 def model_sizes(o: LMOptions) -> dict:
@@ -154,6 +157,8 @@ class LMTask(AbstractTask):
         super().__init__(seed, device, options)
         o = self.options
         self.corpus: Corpus = load_corpus(o.data or None, o.val_fraction, o.max_bytes)
+        if self.corpus.info.get("note"):  # part of the data is unused: say so, once, before training starts
+            print(f"note: {self.corpus.info['note']}", file=sys.stderr)
         n = self.corpus.train.numel()
         self.seg = n // o.streams
         if self.seg < o.window + 1:

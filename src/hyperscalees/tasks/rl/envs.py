@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...models.action_head import ActionSpec
 from ...noise.distributions import to_unit_uniform
 from ...noise.keys import element_bits
 
@@ -28,10 +29,7 @@ from ...noise.keys import element_bits
 @dataclass(frozen=True)
 class Spaces:
     obs_dim: int
-    act_dim: int          # actions per step (continuous) or choices (discrete)
-    discrete: bool
-    low: float = -1.0
-    high: float = 1.0
+    action: ActionSpec    # what the policy outputs and how that becomes an action (models/action_head.py)
     max_steps: int = 1000
 
 
@@ -94,7 +92,7 @@ class TorchPendulumEnv:
         from .pendulum import TorchPendulum
         self.env = TorchPendulum(num_envs, device=device)
         self.num_envs = num_envs
-        self.spaces = Spaces(3, 1, False, -2.0, 2.0, self.env.max_episode_steps)
+        self.spaces = Spaces(3, ActionSpec.box([-2.0], [2.0]), self.env.max_episode_steps)
 
     def reset(self, keys: Tensor) -> Tensor:
         u = start_uniforms(keys, 2).to(self.env.device)
@@ -117,12 +115,29 @@ def spaces_of(env, env_id: str) -> Spaces:
     if obs.shape is None or len(obs.shape) != 1:
         raise ValueError(f"{env_id}: only flat (Box) observations are supported, got {obs}")
     limit = env.spec.max_episode_steps if env.spec is not None and env.spec.max_episode_steps else 1000
-    if hasattr(act, "n"):
-        return Spaces(obs.shape[0], int(act.n), True, max_steps=limit)
-    if act.shape is None or len(act.shape) != 1:
-        raise ValueError(f"{env_id}: only Discrete or flat Box actions are supported, got {act}")
-    low, high = float(np.min(act.low)), float(np.max(act.high))
-    return Spaces(obs.shape[0], act.shape[0], False, low, high, limit)
+    return Spaces(obs.shape[0], action_spec(act, env_id), limit)
+
+
+def action_spec(act, env_id: str) -> ActionSpec:
+    """The :class:`ActionSpec` of a gymnasium action space, by its class (never by duck typing:
+    MultiBinary has an ``n`` too); anything else is refused by name."""
+    gym = gymnasium()
+    spaces = gym.spaces
+    kind = type(act).__name__
+    if isinstance(act, spaces.Discrete):
+        return ActionSpec("discrete", int(act.n), start=(int(act.start),))
+    flat = act.shape is not None and len(act.shape) == 1
+    if isinstance(act, spaces.MultiBinary) and flat:
+        return ActionSpec("multi_binary", int(act.shape[0]))
+    if isinstance(act, spaces.MultiDiscrete) and flat:
+        nvec = tuple(int(v) for v in act.nvec)
+        return ActionSpec("multi_discrete", len(nvec), nvec=nvec, start=tuple(int(v) for v in act.start))
+    if isinstance(act, spaces.Box) and flat:
+        if not np.issubdtype(act.dtype, np.floating):
+            raise ValueError(f"{env_id}: Box actions of dtype {act.dtype} are not supported (only float Boxes)")
+        return ActionSpec.box(act.low, act.high)
+    raise ValueError(f"{env_id}: {kind} actions are not supported (only Discrete, flat MultiBinary, "
+                     f"MultiDiscrete or float Box), got {act}")
 
 
 BUILDERS = {
@@ -138,9 +153,21 @@ def make_env(env_id: str, num_envs: int, device="cpu"):
 
 
 def check_env_id(env_id: str) -> str:
-    """Refuse an unknown id early, naming it (gymnasium's registry is the reference)."""
+    """Refuse an unknown id early, naming it (gymnasium's registry is the reference).
+
+    ``module:Env-v0`` (gymnasium's syntax for custom environments) imports ``module`` first, so
+    the environments it registers can be used from the command line, as ``gym.make`` allows.
+    """
     gym = gymnasium()
-    if env_id not in gym.registry:
-        close = [k for k in gym.registry if env_id.lower().split("-")[0] in k.lower()][:5]
-        raise ValueError(f"unknown environment {env_id!r}" + (f"; did you mean one of {close}?" if close else ""))
+    module, _, name = env_id.rpartition(":")
+    if module:
+        import importlib
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ValueError(f"environment {env_id!r}: cannot import module {module!r} ({e})") from None
+    if name not in gym.registry:
+        close = [k for k in gym.registry if name.lower().split("-")[0] in k.lower()][:5]
+        where = f" (module {module!r} did not register it)" if module else ""
+        raise ValueError(f"unknown environment {name!r}{where}" + (f"; did you mean one of {close}?" if close else ""))
     return env_id

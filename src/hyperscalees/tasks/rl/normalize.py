@@ -32,7 +32,10 @@ class RunningStats:
 
     def replay(self, log: list) -> None:
         """Add increments another replica logged, in their order: the same float64 additions, so
-        the same bits as observing them here (a distributed coordinator merges workers' chunks)."""
+        the same bits as observing them here *with the same chunking* (a distributed coordinator
+        merges workers' chunks). A run chunked differently (say in-process without ``--chunk``)
+        adds the same observations in another order: its float64 sums can differ in the last bits
+        (a few ulp), though the float32 (mean, std) the policy uses are nearly always equal."""
         for increments in log:
             self._add(tuple(increments))
 

@@ -14,6 +14,7 @@ display set ``MUJOCO_GL=egl`` (GPU) or ``MUJOCO_GL=osmesa`` (software) before re
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,10 @@ def _imageio():
 
 def _make_render_env(env_id: str):
     gym = gymnasium()
+    # pygame's init opens SDL's video driver, which without a desktop session prints "error:
+    # XDG_RUNTIME_DIR is invalid..." on every render; frames drawn off-screen need no display.
+    # A driver the user chose is kept.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         env = gym.make(env_id, render_mode="rgb_array")
     except gym.error.DependencyNotInstalled as e:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +87,10 @@ class RLTask(AbstractTask):
         super().__init__(seed, device, options)
         o = self.options
         check_env_id(o.env)
+        cores = os.cpu_count() or 1
+        if o.threads > cores:
+            warnings.warn(f"--threads {o.threads} is more than the {cores} CPU cores here: rollouts will be slower, "
+                          f"not faster (try --threads {cores} or 1)", RuntimeWarning, stacklevel=2)
         probe = make_env(o.env, 1, self.device)
         self.spaces = probe.spaces
         probe.close()
@@ -102,7 +108,7 @@ class RLTask(AbstractTask):
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
         s, o = self.spaces, self.options
-        return Policy(s.obs_dim, s.act_dim, o.hidden, o.layers, o.activation, s.discrete, s.low, s.high)
+        return Policy(s.obs_dim, s.action, o.hidden, o.layers, o.activation)
 
     # -- fitness -----------------------------------------------------------------------
     def _env(self, n: int):
