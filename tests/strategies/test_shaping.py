@@ -139,7 +139,7 @@ def test_sanitize_counts():
     (dict(population=7), "population.*7"), (dict(population=0), "population.*0"),
     (dict(sigma=0.0), "sigma.*0.0"), (dict(sigma=-0.5), "sigma.*-0.5"), (dict(rank=0), "rank.*0"),
     (dict(optimizer="rmsprop"), "optimizer.*'rmsprop'"), (dict(distribution="cauchy"), "'cauchy'"),
-    (dict(update="median"), "'median'"), (dict(lr=0.0), "lr.*0.0"), (dict(lr_decay=1.5), "lr_decay.*1.5"),
+    (dict(estimator="median"), "estimator 'median'"), (dict(lr=0.0), "lr.*0.0"), (dict(lr_decay=1.5), "lr_decay.*1.5"),
     (dict(sigma_decay=0.0), "sigma_decay.*0.0"), (dict(weight_decay=-1.0), "weight_decay.*-1.0"),
     (dict(update_chunk=0), "update_chunk.*0"), (dict(noise_reuse=-2), "noise_reuse.*-2"),
 ])
