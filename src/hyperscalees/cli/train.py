@@ -98,6 +98,7 @@ HELP = {
     "data": "a file (read as bytes), a directory with d-eggs input.bin + decoding.bin, or '' for the "
             "Python standard library's source (split by file)",
     "val_fraction": "fraction held out for validation, in (0, 1)",
+    "test_fraction": "fraction held out for the test split, scored once at the end (test_bpb), in (0, 1)",
     "max_bytes": "read at most this many bytes of data (0: all)",
     "eval_tokens": "validation tokens scored per evaluation",
     "eval_streams": "parallel validation streams",

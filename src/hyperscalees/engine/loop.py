@@ -102,6 +102,7 @@ def run(cfg: TrainConfig, backend) -> dict:
                     break
             if evaluated_at != es.step:  # nothing ran, or a signal came between two steps
                 metrics = task.evaluate(model)
+            metrics = {**metrics, **task.final_evaluate(model)}  # once per run: the test split
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
         summary = _finish(cfg, task, es, out, metrics, stopped, t0)
