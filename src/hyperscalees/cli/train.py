@@ -44,6 +44,8 @@ HELP = {
     "momentum": "SGD momentum in [0, 1) (sgd only)",
     "lr_decay": "multiply lr by this after every step, in (0, 1]",
     "sigma_decay": "multiply σ by this after every step, in (0, 1]",
+    "tie_sigma_growth": "after a step whose antithetic pairs all tie (no update), multiply σ by this until "
+                        "a step does not tie (>= 1; 1: off; one host read per step when on)",
     "noise_reuse": "steps sharing one noise draw (0: one draw for the whole run)",
     "distribution": f"noise distribution, all of std 1 except int (std ≈ {INT_SCALE}, an int8 table): "
                     f"with int use a σ about {INT_SCALE}x smaller",
