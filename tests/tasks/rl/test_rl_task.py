@@ -155,3 +155,19 @@ def test_episode_starts_are_shared_as_asked_and_chunking_meets_the_same_ones(sta
     assert not torch.equal(task.episode_keys(step=3, lo=0, hi=8).view(8, 3), keys)  # new starts every step
     with pytest.raises(ValueError, match="'twins'"):
         RLTask(options={"env": "Pendulum-v1", "starts": "twins"})
+
+
+def test_pendulum_alone_runs_its_tuned_settings():
+    """``train rl --env Pendulum-v1`` with no other flag: the per-env settings, σ widening on ties included;
+    a flag given on the command line still wins, and other envs keep the task's defaults."""
+    from hyperscalees.cli.main import build_parser
+    from hyperscalees.cli.train import config_from_args
+    from hyperscalees.tasks.rl.task import ENV_ES_DEFAULTS, RLOptions
+    cfg = config_from_args(build_parser().parse_args(["train", "rl", "--env", "Pendulum-v1"]))
+    assert {k: getattr(cfg.es, k) for k in ENV_ES_DEFAULTS["Pendulum-v1"]} == ENV_ES_DEFAULTS["Pendulum-v1"]
+    assert cfg.es.tie_sigma_growth > 1 and RLOptions(**cfg.options).starts == "pair"
+    cfg = config_from_args(build_parser().parse_args(["train", "rl", "--env", "Pendulum-v1", "--sigma", "0.05",
+                                                      "--starts", "step"]))
+    assert cfg.es.sigma == 0.05 and cfg.es.population == 512 and RLOptions(**cfg.options).starts == "step"
+    cfg = config_from_args(build_parser().parse_args(["train", "rl"]))
+    assert cfg.es.population == 64 and cfg.es.tie_sigma_growth == 1.0 and RLOptions(**cfg.options).starts == "step"

@@ -33,7 +33,14 @@ from .rollout import rollout
 
 TARGETS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}  # "solved" returns (issue #10's acceptance)
 _EVAL_STREAM = 0xE7A1  # evaluation starts: one fixed set per run, never a training step's
-STARTS = ("step", "pair")
+STARTS = ("auto", "step", "pair")
+# Per-env settings that replace the task's defaults for whatever the command line leaves out, so
+# ``train rl --env Pendulum-v1`` alone runs them. Pendulum: from a sweep on seeds 0-4 (bench rl then
+# reports other seeds): OpenAI ES's per-pair starts, 256 pairs, a large decaying Adam step, rank 8;
+# σ doubles after a step whose pairs all tie (a saturated policy: ESConfig.tie_sigma_growth).
+ENV_ES_DEFAULTS = {"Pendulum-v1": {"population": 512, "sigma": 0.1, "lr": 0.25, "lr_decay": 0.99, "rank": 8,
+                                   "tie_sigma_growth": 2.0}}
+ENV_STARTS = {"Pendulum-v1": "pair"}   # starts="auto": this, else "step"
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,8 @@ class RLOptions:
     eval_episodes: int = 100
     eval_max_steps: int = 0     # cap on evaluation episodes' length; 0: the environment's own limit
     normalize: bool = True      # running observation normalisation
-    starts: str = "step"        # who shares episode starts: "step" (every member) or "pair" (a pair's twins)
+    starts: str = "auto"        # who shares episode starts: "step" (every member), "pair" (a pair's twins),
+                                # "auto": the env's tuned choice (ENV_STARTS), else "step"
     threads: int = 1
 
     def __post_init__(self):
@@ -55,6 +63,8 @@ class RLOptions:
                       activation=self.activation)
         if self.starts not in STARTS:
             raise ValueError(f"unknown starts {self.starts!r}; choose one of {list(STARTS)}")
+        if self.starts == "auto":
+            object.__setattr__(self, "starts", ENV_STARTS.get(self.env, "step"))
         for name in ("max_steps", "eval_max_steps"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -100,6 +110,11 @@ class RLTask(AbstractTask):
         self._envs: dict[int, object] = {}
         self.record_chunks = False  # a distributed worker sets it: fitness keeps what it added (chunk_log)
         self._chunk_log: dict | None = None
+
+    @classmethod
+    def model_es_defaults(cls, options: dict) -> dict:
+        """The env's tuned ES settings (ENV_ES_DEFAULTS) for what the command line leaves out."""
+        return dict(ENV_ES_DEFAULTS.get(options.get("env", RLOptions.env), {}))
 
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
