@@ -26,7 +26,7 @@ ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": (
 OPTION_VALUES = {"hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
                  "holdout": ("0.3", 0.3), "env": ("Pendulum-v1", "Pendulum-v1"), "episodes": ("3", 3),
                  "layers": ("1", 1), "max_steps": ("50", 50), "eval_episodes": ("7", 7), "normalize": (None, False),
-                 "eval_max_steps": ("60", 60), "starts": ("pair", "pair"),
+                 "eval_max_steps": ("60", 60), "starts": ("pair", "pair"), "eval_every_env_steps": ("5000", 5000),
                  "threads": ("2", 2), "model": ("float-gru", "float-gru"), "heads": ("2", 2), "window": ("33", 33),
                  "streams": ("3", 3), "data": ("corpus.txt", "corpus.txt"), "val_fraction": ("0.25", 0.25),
                  "test_fraction": ("0.2", 0.2),

@@ -89,6 +89,8 @@ HELP = {
     "max_steps": "cap on training episodes' length (0: the environment's limit)",
     "eval_max_steps": "cap on evaluation episodes' length (0: the environment's limit, as returns are reported)",
     "eval_episodes": "episodes of the unperturbed policy per evaluation (fixed starts)",
+    "eval_every_env_steps": "evaluate only at the first evaluation step at or past each multiple of this many "
+                            "training env steps, repeating the last numbers in between (0: every evaluation step)",
     "starts": "who shares a step's episode starts: every member (step), only a pair's twins (pair), or auto "
               "(the env's tuned choice: pair for Pendulum-v1, else step)",
     "normalize": "leave observations unnormalised (by default: running mean/std shared by the population)",

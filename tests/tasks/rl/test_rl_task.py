@@ -171,3 +171,18 @@ def test_pendulum_alone_runs_its_tuned_settings():
     assert cfg.es.sigma == 0.05 and cfg.es.population == 512 and RLOptions(**cfg.options).starts == "step"
     cfg = config_from_args(build_parser().parse_args(["train", "rl"]))
     assert cfg.es.population == 64 and cfg.es.tie_sigma_growth == 1.0 and RLOptions(**cfg.options).starts == "step"
+
+
+def test_evaluation_cadence_in_env_steps_and_its_time():
+    """eval_every_env_steps: a real evaluation only once per multiple of env steps (PPO's cadence in
+    bench rl); in between the last numbers come back marked evaluated=0, and eval_s counts real ones."""
+    task = RLTask(seed=0, options={"eval_every_env_steps": 10_000, "eval_episodes": 4})
+    model = task.build_model()
+    first = task.evaluate(model)
+    assert first["evaluated"] == 1 and first["eval_s"] > 0
+    again = task.evaluate(model)
+    assert again["evaluated"] == 0 and again["eval_s"] == first["eval_s"] and again["eval_return"] == first["eval_return"]
+    task.env_steps = 10_000
+    assert task.evaluate(model)["evaluated"] == 1
+    every = RLTask(seed=0, options={"eval_episodes": 4})
+    assert every.evaluate(model)["evaluated"] == 1 and every.evaluate(model)["evaluated"] == 1

@@ -18,7 +18,6 @@ the project's 2-core machine (issue #10), so rollouts and evaluations run on
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 
 import torch
@@ -28,11 +27,12 @@ from ...models.policy import Policy
 from ...noise.keys import fold_in, pair_keys
 from ..base import AbstractTask, check_options
 from .envs import check_env_id, make_env
+from .evaluate import EVAL_STREAM, evaluate_policy, evaluation_keys
 from .normalize import RunningStats
 from .rollout import rollout
 
 TARGETS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}  # "solved" returns (issue #10's acceptance)
-_EVAL_STREAM = 0xE7A1  # evaluation starts: one fixed set per run, never a training step's
+_EVAL_STREAM = EVAL_STREAM
 STARTS = ("auto", "step", "pair")
 # Per-env settings that replace the task's defaults for whatever the command line leaves out, so
 # ``train rl --env Pendulum-v1`` alone runs them. Pendulum: from a sweep on seeds 0-4 (bench rl then
@@ -53,6 +53,8 @@ class RLOptions:
     max_steps: int = 0          # cap on training episodes' length; 0: the environment's own limit
     eval_episodes: int = 100
     eval_max_steps: int = 0     # cap on evaluation episodes' length; 0: the environment's own limit
+    eval_every_env_steps: int = 0  # >0: evaluate only at the first call at or past each multiple of this
+                                   # many training env steps (bench rl's cadence, as PPO's); 0: every call
     normalize: bool = True      # running observation normalisation
     starts: str = "auto"        # who shares episode starts: "step" (every member), "pair" (a pair's twins),
                                 # "auto": the env's tuned choice (ENV_STARTS), else "step"
@@ -65,7 +67,7 @@ class RLOptions:
             raise ValueError(f"unknown starts {self.starts!r}; choose one of {list(STARTS)}")
         if self.starts == "auto":
             object.__setattr__(self, "starts", ENV_STARTS.get(self.env, "step"))
-        for name in ("max_steps", "eval_max_steps"):
+        for name in ("max_steps", "eval_max_steps", "eval_every_env_steps"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
@@ -107,6 +109,9 @@ class RLTask(AbstractTask):
         self.stats_step = 0
         self.env_steps = 0
         self._steps_seen = 0  # env_steps at the last progress() call
+        self.eval_seconds = 0.0                 # spent in evaluations so far (bench rl subtracts it)
+        self._last_eval: dict | None = None
+        self._next_eval = 0                     # env steps at which the next evaluation is due
         self._envs: dict[int, object] = {}
         self.record_chunks = False  # a distributed worker sets it: fitness keeps what it added (chunk_log)
         self._chunk_log: dict | None = None
@@ -180,15 +185,20 @@ class RLTask(AbstractTask):
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """``eval_episodes`` episodes of the unperturbed policy (tasks/rl/evaluate.py: the evaluator bench rl
+        gives every method). With ``eval_every_env_steps``, a call before the next multiple is due returns
+        the last evaluation's numbers again (``evaluated`` 0) instead of evaluating."""
+        every = self.options.eval_every_env_steps
+        if every and self._last_eval is not None and self.env_steps < self._next_eval:
+            return {**self._last_eval, "env_steps": self.env_steps, "evaluated": 0, "eval_s": self.eval_seconds}
         n = self.options.eval_episodes
-        keys = pair_keys(fold_in(self.seed, _EVAL_STREAM), torch.arange(n))
         with torch_threads(self.options.threads):
-            ep = rollout(model, self._env(n), keys, self.eval_max_steps)
-        r = ep.returns
-        ok = r[torch.isfinite(r)]
-        return {"eval_return": float(ok.mean()) if ok.numel() else math.nan,
-                "eval_return_std": float(ok.std()) if ok.numel() > 1 else 0.0,
-                "eval_broken": int(ep.broken.sum()), "env_steps": self.env_steps}
+            res = evaluate_policy(model, self._env(n), evaluation_keys(self.seed, n), self.eval_max_steps)
+        self.eval_seconds += res.pop("seconds")
+        if every:
+            self._next_eval = (self.env_steps // every + 1) * every
+        self._last_eval = res
+        return {**res, "env_steps": self.env_steps, "evaluated": 1, "eval_s": self.eval_seconds}
 
     def render(self, model: nn.Module, path, episodes: int = 1, every: int = 1):
         """The first ``episodes`` evaluation episodes as a GIF at ``path`` (tasks/rl/render.py)."""
@@ -205,11 +215,12 @@ class RLTask(AbstractTask):
         return {"env_steps/s": f"{done / step_seconds:.3g}"} if step_seconds > 0 else {}
 
     def metric_names(self):
-        return ("eval_return", "eval_return_std", "eval_broken", "env_steps")
+        return ("eval_return", "eval_return_std", "eval_broken", "env_steps", "evaluated", "eval_s")
 
     # -- state a resumed run must restore ----------------------------------------------
     def state_dict(self) -> dict:
-        return {"stats": self.stats.state_dict(), "stats_step": self.stats_step, "env_steps": self.env_steps}
+        return {"stats": self.stats.state_dict(), "stats_step": self.stats_step, "env_steps": self.env_steps,
+                "next_eval": self._next_eval}   # eval_seconds is a clock reading, not state: a resume restarts it
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
@@ -217,3 +228,4 @@ class RLTask(AbstractTask):
         self.stats.load_state_dict(state["stats"])
         self.stats_step = int(state["stats_step"])
         self.env_steps = self._steps_seen = int(state["env_steps"])
+        self._next_eval = int(state.get("next_eval", 0))
