@@ -195,8 +195,9 @@ class RLTask(AbstractTask):
         with torch_threads(self.options.threads):
             res = evaluate_policy(model, self._env(n), evaluation_keys(self.seed, n), self.eval_max_steps)
         self.eval_seconds += res.pop("seconds")
-        if every:
-            self._next_eval = (self.env_steps // every + 1) * every
+        if not every:      # the metrics stay a function of the run (no clock reading): runs compare bit for bit
+            return {**res, "env_steps": self.env_steps}
+        self._next_eval = (self.env_steps // every + 1) * every
         self._last_eval = res
         return {**res, "env_steps": self.env_steps, "evaluated": 1, "eval_s": self.eval_seconds}
 
@@ -215,7 +216,8 @@ class RLTask(AbstractTask):
         return {"env_steps/s": f"{done / step_seconds:.3g}"} if step_seconds > 0 else {}
 
     def metric_names(self):
-        return ("eval_return", "eval_return_std", "eval_broken", "env_steps", "evaluated", "eval_s")
+        names = ("eval_return", "eval_return_std", "eval_broken", "env_steps")
+        return names + ("evaluated", "eval_s") if self.options.eval_every_env_steps else names
 
     # -- state a resumed run must restore ----------------------------------------------
     def state_dict(self) -> dict:
