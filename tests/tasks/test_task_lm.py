@@ -1,5 +1,6 @@
 """The lm task: data loading and its errors, bits-per-byte maths, baselines, state carrying, resume."""
 import math
+import zlib
 
 import pytest
 import torch
@@ -72,6 +73,7 @@ def test_stdlib_corpus_is_split_by_file_deterministically(tmp_path):
     names = [f"pkg/m{i:02d}.py" for i in range(60)]
     assert val == {n for n in names if is_validation_file(n, 0.2)}
     assert test == {n for n in names if file_split(n, 0.2, 0.2) == "test"}
+    assert test == {n for n in names if 200 <= zlib.crc32(n.encode()) % 1000 < 400}   # the documented rule
     assert val and test and not val & test                        # disjoint, both used
     assert c.info["train_files"] == 60 - len(val) - len(test) > 0
     assert b"SKIPPED" not in bytes(c.train.tolist()) + bytes(c.val.tolist()) + bytes(c.test.tolist())
