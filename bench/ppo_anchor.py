@@ -86,10 +86,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--final-eval", action="store_true", help="evaluate once more when training stops")
     p.add_argument("--timesteps", type=int, default=None, help="env steps to train at most (default: the zoo's)")
+    p.add_argument("--hs-src", default=None, help="a hyperscalees source tree (its src/): score the policy with its "
+                   "evaluator (tasks/rl/evaluate.py, the one bench rl gives every method) instead of SB3's "
+                   "evaluate_policy; curve points then carry the train-only clock too")
     args = p.parse_args(argv)
     if args.threshold is None:
         args.threshold = THRESHOLDS.get(args.env, float("inf"))  # no target: run to the clock
     return args
+
+
+def shared_evaluator(args: argparse.Namespace):
+    """hyperscalees' evaluator (imported from ``--hs-src``, not installed in this venv): the same
+    episodes, env construction and starts as the ES runs of the same seed; PPO's mean action."""
+    import importlib
+    import numpy as np
+    import torch
+    sys.path.insert(0, args.hs_src)
+    ev = importlib.import_module("hyperscalees.tasks.rl.evaluate")
+    envs = importlib.import_module("hyperscalees.tasks.rl.envs")
+    env = envs.make_env(args.env, args.eval_episodes, "cpu")
+    keys = ev.evaluation_keys(args.seed, args.eval_episodes)
+    max_steps = env.spaces.max_steps
+
+    def score(model) -> tuple[float, float]:
+        def act(obs):
+            a, _ = model.predict(obs.numpy().astype(np.float32), deterministic=True)
+            return torch.as_tensor(a)
+        r = ev.evaluate_policy(act, env, keys, max_steps)
+        return r["eval_return"], r["eval_return_std"]
+    return score
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -119,6 +144,7 @@ def run(args: argparse.Namespace) -> dict:
         env = VecNormalize(env, gamma=kwargs["gamma"])  # the zoo's normalize: true, with the algorithm's gamma
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
     model = PPO("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **kwargs)
+    shared = shared_evaluator(args) if args.hs_src else None
 
     class ThresholdStop(BaseCallback):
         """Evaluates every ``eval_every`` env steps; stops at the threshold or the wall-clock cap."""
@@ -130,13 +156,20 @@ def run(args: argparse.Namespace) -> dict:
         def evaluate(self) -> tuple[float, float, float]:
             """(wall, mean, std) of one evaluation, appended to the curve; its time counts as eval time."""
             te = time.perf_counter()
-            if isinstance(eval_env, VecNormalize):
-                sync_envs_normalization(self.training_env, eval_env)
-            mean, std = evaluate_policy(self.model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
+            if shared is not None:
+                mean, std = shared(self.model)
+            else:
+                if isinstance(eval_env, VecNormalize):
+                    sync_envs_normalization(self.training_env, eval_env)
+                mean, std = evaluate_policy(self.model, eval_env, n_eval_episodes=args.eval_episodes,
+                                            deterministic=True)
             now = time.perf_counter()
             self.eval_s += now - te
             wall = now - self.t0
-            self.curve.append([round(wall, 4), self.num_timesteps, float(mean)])
+            if shared is not None:   # [wall, train-only, env steps, return]: bench rl's curve points
+                self.curve.append([round(wall, 4), round(wall - self.eval_s, 4), self.num_timesteps, float(mean)])
+            else:
+                self.curve.append([round(wall, 4), self.num_timesteps, float(mean)])
             return wall, float(mean), float(std)
 
         def _on_step(self) -> bool:

@@ -30,22 +30,24 @@ def write_rows(path: Path, rows: list[dict], torn: str = "") -> Path:
 
 
 # -- parsing and time to threshold ---------------------------------------------------------
-def test_es_curve_keeps_evaluation_rows_and_drops_a_torn_last_line(tmp_path):
-    rows = [{"step": 0, "time": 0.5, "eval_return": 20.0}, {"step": 1, "time": 0.9},
-            {"step": 2, "time": 1.4, "eval_return": None}, {"step": 3, "time": 2.0, "eval_return": 480}]
+def test_es_curve_keeps_rows_that_evaluated_and_drops_a_torn_last_line(tmp_path):
+    rows = [{"step": 0, "time": 0.5, "eval_return": 20.0, "eval_s": 0.1, "env_steps": 100, "evaluated": 1},
+            {"step": 1, "time": 0.9},
+            {"step": 2, "time": 1.4, "eval_return": 20.0, "eval_s": 0.1, "env_steps": 200, "evaluated": 0},
+            {"step": 3, "time": 2.0, "eval_return": 480, "eval_s": 0.3, "env_steps": 300, "evaluated": 1}]
     path = write_rows(tmp_path / "metrics.jsonl", rows, torn='{"step": 4, "time": 2.')
-    assert rl.read_es_curve(path) == [[0.5, 20.0], [2.0, 480.0]]
+    assert rl.read_es_curve(path) == [[0.5, 0.4, 100.0, 20.0], [2.0, 1.7, 300.0, 480.0]]
     assert rl.read_es_curve(tmp_path / "missing.jsonl") == []
 
 
-def test_time_to_threshold_is_the_first_crossing_within_the_budget():
-    curve = [[1.0, 100.0], [2.0, 474.9], [3.0, 475.0], [4.0, 500.0]]
+def test_time_to_threshold_is_the_first_crossing_within_the_budget_on_either_clock():
+    curve = [[1.0, 0.5, 10, 100.0], [2.0, 1.0, 20, 474.9], [3.0, 1.5, 30, 475.0], [4.0, 2.0, 40, 500.0]]
     assert rl.time_to_threshold(curve, 475.0) == 3.0
+    assert rl.time_to_threshold(curve, 475.0, clock=1) == 1.5          # without the evaluations
     assert rl.time_to_threshold(curve, 501.0) is None
     assert rl.time_to_threshold(curve, 475.0, budget=2.5) is None
     assert rl.time_to_threshold([], 475.0) is None
-    # Pendulum: negative returns; PPO points are [wall, env_steps, return]: the return is the last entry
-    assert rl.time_to_threshold([[5.0, 10_000, -900.0], [9.0, 20_000, -199.5]], -200.0) == 9.0
+    assert rl.time_to_threshold([[5.0, 4.0, 10_000, -900.0], [9.0, 7.0, 20_000, -199.5]], -200.0) == 9.0
 
 
 def test_median_counts_a_missed_seed_as_slower_than_every_reached_one():
@@ -58,50 +60,55 @@ def test_median_counts_a_missed_seed_as_slower_than_every_reached_one():
 
 
 # -- summaries and the report from canned runs ----------------------------------------------
-def es_run(seed, time_s, steps_per_s=None):
-    curve = [[1.0, 50.0]] + ([[time_s, 500.0]] if time_s is not None else [[60.0, 200.0]])
+def es_run(seed, time_s, steps_per_s=None, train_s=None):
+    curve = [[1.0, 0.8, 1000, 50.0]] + ([[time_s, train_s or time_s, 2000, 500.0]] if time_s is not None
+                                       else [[60.0, 50.0, 3000, 200.0]])
     return {"seed": seed, "status": "ok", "reached": time_s is not None, "time_s": time_s,
-            "env_steps_per_s": steps_per_s, "curve": curve}
+            "train_s": train_s if time_s is not None else None, "env_steps_per_s": steps_per_s, "curve": curve}
 
 
 def ppo_run(seed, time_s, train_s, status="ok"):
     return {"seed": seed, "status": status, "reached": time_s is not None, "time_s": time_s, "train_s": train_s,
             "env_steps_per_s": 3000.0 + seed, "versions": {"stable_baselines3": "2.9.2"},
-            "curve": [[6.0, 10_000, 300.0]] + ([[time_s, 20_000, 500.0]] if time_s else [])}
+            "curve": [[6.0, 5.0, 10_000, 300.0]] + ([[time_s, train_s, 20_000, 500.0]] if time_s else [])}
 
 
 def canned_results():
-    cart_ppo = [ppo_run(0, 12.0, 6.0), ppo_run(1, 10.0, 5.0), ppo_run(2, None, None, "failed (exit 1): x")]
-    cart = rl.summarize_env("CartPole-v1", [es_run(0, 4.0, 1e5), es_run(1, None), es_run(2, 6.0, 2e5)], cart_ppo)
-    pend = rl.summarize_env("Pendulum-v1", [es_run(0, None), es_run(1, None)],
-                            [ppo_run(0, 20.0, 15.0), ppo_run(1, 30.0, 20.0)])
+    cart = rl.summarize_env("CartPole-v1", {
+        "es": [es_run(0, 4.0, 1e5, 3.0), es_run(1, None), es_run(2, 6.0, 2e5, 5.0)],
+        "openes": [es_run(0, 9.0, 5e4, 8.0), es_run(1, 11.0, 5e4, 9.0), es_run(2, None)],
+        "ppo": [ppo_run(0, 12.0, 6.0), ppo_run(1, 10.0, 5.0), ppo_run(2, None, None, "failed (exit 1): x")]})
+    pend = rl.summarize_env("Pendulum-v1", {"es": [es_run(0, None), es_run(1, None)],
+                                            "ppo": [ppo_run(0, 20.0, 15.0), ppo_run(1, 30.0, 20.0)]})
     return {"CartPole-v1": cart, "Pendulum-v1": pend}
 
 
-def test_summary_medians_counts_and_verdict():
+def test_summary_medians_with_and_without_evaluation_counts_and_verdict():
     r = canned_results()
-    cart, pend = r["CartPole-v1"], r["Pendulum-v1"]
-    assert (cart["es_median_s"], cart["ppo_median_s"], cart["ppo_train_median_s"]) == (6.0, 12.0, 6.0)
-    assert (cart["es_reached"], cart["ppo_reached"], cart["seeds"]) == (2, 2, [0, 1, 2])
-    assert cart["es_env_steps_per_s"] == 1.5e5 and cart["ppo_env_steps_per_s"] == 3001.0
-    assert cart["es_faster"] is True
-    assert pend["es_median_s"] is None and pend["ppo_median_s"] == 25.0 and pend["es_faster"] is False
+    es, openes, ppo = (r["CartPole-v1"]["methods"][m] for m in ("es", "openes", "ppo"))
+    assert (es["median_s"], es["train_median_s"], ppo["median_s"], ppo["train_median_s"]) == (6.0, 5.0, 12.0, 6.0)
+    assert (openes["median_s"], openes["train_median_s"]) == (11.0, 9.0)
+    assert (es["reached"], ppo["reached"], es["seeds"]) == (2, 2, [0, 1, 2])
+    assert es["env_steps_per_s"] == 1.5e5 and ppo["env_steps_per_s"] == 3001.0
+    assert es["q25_s"] == 5.0 and es["q75_s"] is None                 # the upper quartile lands on the miss
+    assert r["CartPole-v1"]["fastest_without_eval"] == "es"
+    pend = r["Pendulum-v1"]
+    assert pend["methods"]["es"]["median_s"] is None and pend["methods"]["ppo"]["median_s"] == 25.0
+    assert pend["fastest_without_eval"] == "ppo"
 
 
-def test_report_json_has_the_per_env_keys_and_curves(tmp_path):
+def test_report_json_has_a_row_per_env_and_method_and_every_curve(tmp_path):
     rep = rl.build_report(canned_results(), budget=60.0, threads=1, notes=["extra note"])
     d = json.loads(rep.to_json())  # strict JSON: no NaN
     assert d["bench"] == "rl" and d["budget_s"] == 60.0 and d["threads"] == 1
-    assert d["es_faster"] == {"CartPole-v1": True, "Pendulum-v1": False}
+    assert d["fastest_without_eval"] == {"CartPole-v1": "es", "Pendulum-v1": "ppo"}
+    assert d["tuning_seeds"] == list(rl.TUNING_SEEDS) and d["eval_episodes"] == rl.EVAL_EPISODES
     assert d["ppo_versions"] == {"stable_baselines3": "2.9.2"}
-    for env_id in ("CartPole-v1", "Pendulum-v1"):
-        e = d["envs"][env_id]
-        for key in ("es_median_s", "ppo_median_s", "es_reached", "ppo_reached", "es_runs", "ppo_runs", "threshold"):
-            assert key in e
-        assert all(run["curve"] for run in e["ppo_runs"][:2])
-    assert d["envs"]["Pendulum-v1"]["es_median_s"] is None
-    assert [row["env"] for row in d["rows"]] == ["CartPole-v1", "Pendulum-v1"]
-    assert d["rows"][1]["es_median_s"] is None and d["rows"][0]["ppo_median_s"] == 12.0
+    assert [(row["env"], row["method"]) for row in d["rows"]] == [
+        ("CartPole-v1", "es"), ("CartPole-v1", "openes"), ("CartPole-v1", "ppo"), ("Pendulum-v1", "es"),
+        ("Pendulum-v1", "ppo")]
+    assert d["rows"][3]["median_s"] is None and d["rows"][2]["train_median_s"] == 6.0
+    assert all(run["curve"] for run in d["envs"]["CartPole-v1"]["methods"]["ppo"]["runs"][:2])
     assert any("ppo CartPole-v1 seed 2: failed" in n for n in d["notes"]) and "extra note" in d["notes"]
     table = rep.table()
     assert table.startswith("# rl: ") and "Pendulum-v1" in table and "n/a" in table
@@ -119,20 +126,45 @@ def test_plot_writes_a_png(tmp_path):
 
 
 # -- the commands it runs ------------------------------------------------------------------
-def test_es_invocation_is_train_rl_with_the_budget_seed_and_run_directory(tmp_path):
-    argv, env = rl.es_invocation("Pendulum-v1", 3, 120.0, tmp_path / "run", threads=1)
+def test_es_invocation_is_train_rl_with_the_shared_evaluator_and_no_per_env_flags(tmp_path):
+    argv, env = rl.es_invocation("Pendulum-v1", 3, 120.0, tmp_path / "run", threads=1, strategy="open_es")
     assert argv[:3] == [sys.executable, "-m", "hyperscalees.cli.main"]
     assert argv[3:7] == ["train", "rl", "--env", "Pendulum-v1"]
     rest = [a for a in argv[7:] if a != "--json"]
     flags = dict(zip(rest[::2], rest[1::2]))
     assert "--json" in argv
-    tuned = dict(zip(rl.ES_FLAGS["Pendulum-v1"][::2], rl.ES_FLAGS["Pendulum-v1"][1::2]))
-    assert flags == {"--seed": "3", "--time-budget": "120", "--eval-every": str(rl.ES_EVAL_EVERY),
-                     "--steps": str(rl.ES_MAX_STEPS),
-                     "--out": str(tmp_path / "run"), **tuned}
-    cartpole = rl.es_invocation("CartPole-v1", 3, 120.0, tmp_path / "run", threads=1)[0]
-    assert "--population" not in cartpole  # the task's defaults
+    assert flags == {"--seed": "3", "--strategy": "open_es", "--time-budget": "120", "--eval-every": "1",
+                     "--eval-every-env-steps": str(rl.EVAL_EVERY_ENV_STEPS),
+                     "--eval-episodes": str(rl.EVAL_EPISODES), "--steps": str(rl.ES_MAX_STEPS),
+                     "--out": str(tmp_path / "run")}       # the env's tuned settings come from train rl itself
     assert env == {"OMP_NUM_THREADS": "1"}
+
+
+def test_ppo_is_scored_by_the_same_evaluator_as_es():
+    """ppo_anchor's --hs-src evaluator on a stand-in SB3 model that acts as an ES policy: the numbers
+    equal the ES task's own evaluation of that policy (same env, episodes, starts)."""
+    pytest.importorskip("gymnasium")
+    import argparse
+    import numpy as np
+    import torch
+    from hyperscalees.tasks.rl import RLTask
+    sys.path.insert(0, str(BENCH_DIR))
+    try:
+        import ppo_anchor
+    finally:
+        sys.path.remove(str(BENCH_DIR))
+    task = RLTask(seed=104, options={"env": "CartPole-v1", "eval_episodes": 8})
+    policy = task.build_model()
+
+    class StandIn:                                               # SB3's predict(obs, deterministic) -> (a, state)
+        def predict(self, obs, deterministic):
+            assert deterministic and isinstance(obs, np.ndarray)
+            return policy(torch.from_numpy(obs)).numpy(), None
+    args = argparse.Namespace(env="CartPole-v1", seed=104, eval_episodes=8,
+                              hs_src=str(Path(rl.__file__).resolve().parents[2]))
+    mean, std = ppo_anchor.shared_evaluator(args)(StandIn())
+    want = task.evaluate(policy)
+    assert (mean, std) == (want["eval_return"], want["eval_return_std"])
 
 
 def test_venv_build_failure_says_why_and_leaves_nothing(tmp_path, monkeypatch):
@@ -197,7 +229,8 @@ FAKE_ES = textwrap.dedent("""
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     with open(out + "/metrics.jsonl", "w") as f:
         for step, ret in enumerate([20.0, 200.0, 490.0, 500.0] + [500.0] * 100):
-            row = {"step": step, "time": 0.1 * step, "eval_return": ret, "env_steps": 1000 * step}
+            row = {"step": step, "time": 0.1 * step, "eval_return": ret, "env_steps": 1000 * step,
+                   "eval_s": 0.02 * step, "evaluated": 1}
             f.write(json.dumps(row) + "\\n")
             f.flush()
             time.sleep(0.05)
@@ -211,7 +244,7 @@ FAKE_PPO = textwrap.dedent("""
     print("some log line")
     print(json.dumps({"env": "CartPole-v1", "seed": seed, "reached": True, "wall_s": 7.0, "train_s": 3.0,
                       "env_steps_per_s": 3300.0, "versions": {"stable_baselines3": "fake"},
-                      "curve": [[3.5, 10000, 120.0], [7.0, 20000, 500.0]]}))
+                      "curve": [[3.5, 1.5, 10000, 120.0], [7.0, 3.0, 20000, 500.0]]}))
 """)
 
 
@@ -219,21 +252,33 @@ def test_run_with_stand_in_processes(tmp_path, monkeypatch):
     (tmp_path / "es.py").write_text(FAKE_ES)
     (tmp_path / "ppo.py").write_text(FAKE_PPO)
     monkeypatch.setattr(rl, "POLL_S", 0.05)
-    monkeypatch.setattr(rl, "es_invocation", lambda env_id, seed, budget, out, threads:
+    monkeypatch.setattr(rl, "es_invocation", lambda env_id, seed, budget, out, threads, strategy:
                         ([sys.executable, str(tmp_path / "es.py"), "--out", str(out)], {}))
     monkeypatch.setattr(rl, "ensure_ppo_venv", lambda log: Path(sys.executable))
     monkeypatch.setattr(rl, "anchor_script", lambda: tmp_path / "ppo.py")
-    rep = rl.run(seeds=[0, 1], envs=["CartPole-v1"], budget=30, log=quiet)
-    d = json.loads(rep.to_json())["envs"]["CartPole-v1"]
-    es = d["es_runs"]
-    assert [r["status"] for r in es] == ["ok", "ok"]      # stopped by SIGTERM once past 475: exit 143 is ok
-    assert [r["time_s"] for r in es] == [pytest.approx(0.2), pytest.approx(0.2)]
-    assert all(r["es_steps"] < 50 and r["summary"] is None for r in es)  # stopped early: no summary line
-    assert es[0]["env_steps_per_s"] == pytest.approx(10_000)
-    ppo = d["ppo_runs"]
+    rep = rl.run(seeds=[100, 1], envs=["CartPole-v1"], budget=30, log=quiet, tuning_seeds=[0],
+                 runs_dir=tmp_path / "runs")
+    d = json.loads(rep.to_json())["envs"]["CartPole-v1"]["methods"]
+    for m in ("es", "openes"):
+        es = d[m]["runs"]
+        assert [r["status"] for r in es] == ["ok", "ok"]      # stopped by SIGTERM once past 475: exit 143 is ok
+        assert [r["time_s"] for r in es] == [pytest.approx(0.2), pytest.approx(0.2)]
+        assert [r["train_s"] for r in es] == [pytest.approx(0.16), pytest.approx(0.16)]   # minus eval_s
+        assert all(r["es_steps"] < 50 and r["summary"] is None for r in es)  # stopped early: no summary line
+    ppo = d["ppo"]["runs"]
     assert ppo[0]["status"] == "ok" and ppo[0]["time_s"] == 7.0 and ppo[0]["train_s"] == 3.0
     assert ppo[1]["status"].startswith("failed (exit 1)") and "boom" in ppo[1]["status"]
-    assert (d["es_median_s"], d["ppo_median_s"], d["es_reached"], d["ppo_reached"]) == (pytest.approx(0.2), None, 2, 1)
+    assert (d["es"]["median_s"], d["ppo"]["median_s"], d["es"]["reached"], d["ppo"]["reached"]) == \
+        (pytest.approx(0.2), None, 2, 1)
+    saved = sorted(p.name for p in (tmp_path / "runs").iterdir())      # every run's record, on disk
+    assert len(saved) == 6 and "CartPole-v1_openes_seed100.json" in saved
+    rec = json.loads((tmp_path / "runs" / "CartPole-v1_ppo_seed100.json").read_text())
+    assert rec["method"] == "ppo" and rec["curve"] and "load_after" in rec
+
+
+def test_tuning_seeds_are_never_reported(monkeypatch):
+    with pytest.raises(BenchSetupError, match=r"seeds \[3\] are tuning seeds"):
+        rl.run(seeds=[3, 100], envs=["CartPole-v1"], log=quiet, methods=["es"])
 
 
 def test_cli_flags_reach_run_and_setup_errors_exit_1(monkeypatch, capsys):
@@ -243,14 +288,17 @@ def test_cli_flags_reach_run_and_setup_errors_exit_1(monkeypatch, capsys):
         seen.update(kw)
         raise BenchSetupError("no network")
     monkeypatch.setattr(rl, "run", fake_run)
-    code = main(["bench", "rl", "--seeds", "2", "3", "--envs", "Pendulum-v1", "--budget", "45", "--plot", "p.png"])
+    code = main(["bench", "rl", "--seeds", "102", "103", "--envs", "Pendulum-v1", "--budget", "45", "--plot", "p.png",
+                 "--methods", "es", "openes", "--tuning-seeds", "0", "1", "--runs-dir", "runs"])
     assert code == 1 and "hyperscalees bench rl: no network" in capsys.readouterr().err
-    assert seen["seeds"] == [2, 3] and seen["envs"] == ["Pendulum-v1"] and seen["budget"] == 45.0
+    assert seen["seeds"] == [102, 103] and seen["envs"] == ["Pendulum-v1"] and seen["budget"] == 45.0
+    assert seen["methods"] == ["es", "openes"] and seen["tuning_seeds"] == [0, 1] and str(seen["runs_dir"]) == "runs"
     assert str(seen["plot"]) == "p.png" and seen["threads"] == 1 and seen["device"] == "cpu"
 
 
 @pytest.mark.parametrize("argv", [["bench", "rl", "--budget", "0"], ["bench", "rl", "--seeds", "-1"],
-                                  ["bench", "rl", "--envs", "Hopper-v5"], ["bench", "calls", "--seeds", "1"]])
+                                  ["bench", "rl", "--envs", "Hopper-v5"], ["bench", "calls", "--seeds", "1"],
+                                  ["bench", "rl", "--methods", "a2c"]])
 def test_bad_rl_flags_are_refused(argv, capsys):
     try:
         code = main(argv)

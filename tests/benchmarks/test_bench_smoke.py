@@ -203,3 +203,16 @@ def test_wire_bytes_approach_a_fifth_of_a_byte_per_member_for_ternary():
     from hyperscalees.benchmarks import distributed
     res, upd = distributed.wire_bytes(65536, 16)["ternary"]
     assert 0.2 < res < 0.21 and 0.2 < upd < 0.201
+
+
+def test_memory_probes_report_working_memory_of_inference_es_and_backprop():
+    """Working memory (growth above the post-setup floor) of one cold call of each, fresh processes:
+    a backprop step stores activations and gradients and so needs more than inference of the same batch."""
+    from hyperscalees.benchmarks import throughput
+    from hyperscalees.benchmarks.base import EXACT_RSS_ENV, in_subprocess
+    kw = dict(kind="mlp", width=512, seq=16, pop=64, chunk=64, device="cpu")
+    got = {w: in_subprocess("hyperscalees.benchmarks.throughput:memory_probe", {**kw, "which": w}, env=EXACT_RSS_ENV)
+           for w in ("inference", "eggroll", "backprop")}
+    assert all(g["working_mib"] >= 0 and g["peak_mib"] >= g["floor_mib"] > 100 for g in got.values())
+    assert got["backprop"]["working_mib"] > got["inference"]["working_mib"] + 4     # > 4 MiB of activations+grads
+    assert "es_over_backprop_work" in throughput.COLUMNS

@@ -19,7 +19,8 @@ ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 
              "estimator": ("sign", "sign"), "baseline_every": ("2", 2), "update_chunk": ("8", 8),
              "noise_cache_mib": ("16.5", 16.5), "group_fitness": ("per_group", "per_group"),
              "update_rule": ("optimizer", "optimizer"),
-             "deterministic": (None, False), "update_precision": ("bf16", "bf16")}
+             "deterministic": (None, False), "update_precision": ("bf16", "bf16"),
+             "tie_sigma_growth": ("2.5", 2.5)}
 ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
                  "checkpoint_every": ("2", 2), "checkpoint_minutes": ("2.5", 2.5), "out": ("runs/x", "runs/x"),
                  "resume": ("runs/y", "runs/y"), "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64),
@@ -27,9 +28,10 @@ ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": (
 OPTION_VALUES = {"hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
                  "holdout": ("0.3", 0.3), "env": ("Pendulum-v1", "Pendulum-v1"), "episodes": ("3", 3),
                  "layers": ("1", 1), "max_steps": ("50", 50), "eval_episodes": ("7", 7), "normalize": (None, False),
-                 "eval_max_steps": ("60", 60), "starts": ("pair", "pair"),
+                 "eval_max_steps": ("60", 60), "starts": ("pair", "pair"), "eval_every_env_steps": ("5000", 5000),
                  "threads": ("2", 2), "model": ("float-gru", "float-gru"), "heads": ("2", 2), "window": ("33", 33),
                  "streams": ("3", 3), "data": ("corpus.txt", os.path.abspath("corpus.txt")), "val_fraction": ("0.25", 0.25),
+                 "test_fraction": ("0.2", 0.2),
                  "max_bytes": ("1000", 1000), "eval_tokens": ("999", 999), "eval_streams": ("5", 5),
                  "sample_every": ("0", 0), "sample_tokens": ("12", 12), "temperature": ("0.9", 0.9),
                  "min_p": ("0.5", 0.5), "presence_penalty": ("1.5", 1.5), "ntt": ("wht", "wht")}

@@ -17,6 +17,13 @@ def run_dir(tmp_path_factory):
     return out
 
 
+def test_train_json_reports_the_test_split(capsys):
+    assert main(["train", "lm", *SMALL, "--steps", "1", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["metrics"]
+    assert {"test_bpb", "bigram_test_bpb", "unigram_test_bpb", "val_bpb"} <= set(m)
+    assert 0 < m["bigram_test_bpb"] < m["unigram_test_bpb"] < 8
+
+
 def test_train_json_reports_bits_per_byte_and_baselines(run_dir, capsys):
     assert main(["eval", str(run_dir), "--json"]) == 0
     m = json.loads(capsys.readouterr().out)["metrics"]

@@ -28,17 +28,21 @@ def member_weights(model, es, i: int | None) -> tuple[dict, dict]:
         overlay = store.overlay(name)                  # adaptive noise: factors per row / column, truncated
         if overlay is not None:
             f_row, f_col = overlay
-            if spec.mode in (ESMode.MM_PARAM, ESMode.EMB_PARAM):
+            if n.lowrank:
                 a, b = (a * f_row.view(1, -1, 1)).trunc(), (b * f_col.view(1, -1, 1)).trunc()
+            elif f_col is not None:                    # dense noise of a matrix: the outer product of both
+                eps = (eps * (f_row[:, None] * f_col[None, :])).trunc()
             else:
                 eps = (eps * f_row).trunc()
         k, sign = shift_of(store.scale(name)), int(n.signs[0, i % 2])
+        dense = lambda: p.to(torch.int64) * 2**max(k, 0) + sign * eps[0].to(torch.int64) * 2**max(-k, 0)
         if spec.mode == ESMode.MM_PARAM and not n.lowrank:    # OpenES: dense ε in fixed point
-            member[name] = p.to(torch.int64) * 2**max(k, 0) + sign * eps[0].to(torch.int64) * 2**max(-k, 0)
+            member[name] = dense()
         elif spec.mode == ESMode.MM_PARAM:
             member[name] = int_member_matrix(p, a[0], b[0], sign, k)
-        elif spec.mode == ESMode.EMB_PARAM and not n.lowrank:
+        elif spec.mode == ESMode.EMB_PARAM and not n.lowrank:  # a tied head: the dense ε in fixed point
             member[name] = int_member_vector(p, eps[0], sign, k)
+            member[name + "#head"], shifts[name + "#head"] = dense(), max(k, 0)
         elif spec.mode == ESMode.EMB_PARAM:           # looked up per element; as a tied head, in fixed point
             member[name] = int_member_table(p, a[0], b[0], sign, k)
             member[name + "#head"], shifts[name + "#head"] = int_member_matrix(p, a[0], b[0], sign, k), max(k, 0)

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 import hyperscalees as hs
-from hyperscalees.nn.layers import AbstractLayer
 
 from members import member_model
 
@@ -233,13 +232,6 @@ def test_transformer_with_causal_decoder_matches_members():
     assert es.store().unapplied() == []
 
 
-needs_core_routing = pytest.mark.xfail(
-    not hasattr(AbstractLayer, "routes_children"), strict=True,
-    reason="perturbation() must install MultiheadAttentionLayer when only its out_proj is perturbed "
-           "(AbstractLayer.routes_children; not in the core yet)")
-
-
-@needs_core_routing
 def test_out_proj_is_perturbed_when_in_proj_is_excluded():
     torch.manual_seed(7)
     m, qkv = _mha("self", True)

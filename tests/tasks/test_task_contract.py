@@ -8,7 +8,7 @@ from hyperscalees.tasks import TASKS, get_task
 
 # RL on Pendulum: its returns move continuously with the weights (CartPole's argmax actions do not
 # change under a σ of 1e-3, so the twin test below would see no noise at all).
-OPTIONS = {"rl": {"env": "Pendulum-v1", "eval_episodes": 4},
+OPTIONS = {"rl": {"env": "Pendulum-v1", "eval_episodes": 4, "starts": "step"},  # every member: the same starts
            "lm": {"model": "float-gru", "hidden": 16, "layers": 1, "window": 8, "streams": 2, "max_bytes": 50000,
                   "eval_tokens": 256, "sample_every": 0}}
 

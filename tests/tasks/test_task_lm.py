@@ -1,5 +1,6 @@
 """The lm task: data loading and its errors, bits-per-byte maths, baselines, state carrying, resume."""
 import math
+import zlib
 
 import pytest
 import torch
@@ -9,7 +10,8 @@ from hyperscalees.distributed import LocalBackend
 from hyperscalees.engine import load_checkpoint, load_run, make_config, read_rows, run
 from hyperscalees.models.lm import AbstractLM
 from hyperscalees.tasks import get_task
-from hyperscalees.tasks.lm.data import DataError, is_validation_file, load_corpus, stdlib_corpus, write_token_data
+from hyperscalees.tasks.lm.data import (DataError, file_split, is_validation_file, load_corpus, stdlib_corpus,
+                                        write_token_data)
 from hyperscalees.tasks.lm.metrics import baselines, bigram_bits, token_bits, unigram_bits
 from hyperscalees.tasks.lm.sampling import generate
 
@@ -52,7 +54,8 @@ def test_token_format_reads_ids_and_decodes(tmp_path):
     write_token_data(tmp_path, ids, pieces)
     c = load_corpus(str(tmp_path), val_fraction=0.1)
     assert c.vocab_size == 4 and not c.is_bytes
-    assert torch.equal(torch.cat([c.train, c.val]), torch.tensor(ids))
+    assert torch.equal(torch.cat([c.train, c.val, c.test]), torch.tensor(ids))
+    assert c.val.numel() == 20 and c.test.numel() == 10            # the test split is the stream's end
     assert c.decode([0, 2, 1]) == "abéc"
     assert c.encode("abcab") == [0, 1, 0]
     assert c.token_bytes().tolist() == [2, 1, 2, 2]
@@ -65,22 +68,32 @@ def test_stdlib_corpus_is_split_by_file_deterministically(tmp_path):
         (root / "pkg" / f"m{i:02d}.py").write_text(f"x = {i}\n")
     (root / "test").mkdir()
     (root / "test" / "t.py").write_text("SKIPPED\n")
-    c = stdlib_corpus(0.2, 0, root=str(root))
-    val = set(c.info["val_files"])
-    assert val == {f"pkg/m{i:02d}.py" for i in range(60) if is_validation_file(f"pkg/m{i:02d}.py", 0.2)}
-    assert 0 < len(val) < 60 and c.info["train_files"] == 60 - len(val)
-    assert b"SKIPPED" not in bytes(c.train.tolist()) + bytes(c.val.tolist())
-    assert int(c.train[0]) == 0 and int(c.val[0]) == 0            # every document starts with byte 0
-    assert (c.train == 0).sum() == 60 - len(val)
-    again = stdlib_corpus(0.2, 0, root=str(root))
-    assert torch.equal(again.train, c.train) and again.info == c.info
+    c = stdlib_corpus(0.2, 0, root=str(root), test_fraction=0.2)
+    val, test = set(c.info["val_files"]), set(c.info["test_files"])
+    names = [f"pkg/m{i:02d}.py" for i in range(60)]
+    assert val == {n for n in names if is_validation_file(n, 0.2)}
+    assert test == {n for n in names if file_split(n, 0.2, 0.2) == "test"}
+    assert test == {n for n in names if 200 <= zlib.crc32(n.encode()) % 1000 < 400}   # the documented rule
+    assert val and test and not val & test                        # disjoint, both used
+    assert c.info["train_files"] == 60 - len(val) - len(test) > 0
+    assert b"SKIPPED" not in bytes(c.train.tolist()) + bytes(c.val.tolist()) + bytes(c.test.tolist())
+    assert int(c.train[0]) == 0 and int(c.val[0]) == 0 and int(c.test[0]) == 0   # documents start with byte 0
+    assert (c.train == 0).sum() == c.info["train_files"] and (c.test == 0).sum() == len(test)
+    files = lambda t: set(bytes(t.tolist()).split(b"\0")) - {b""}           # each file's text, here unique
+    assert not files(c.train) & files(c.test) and not files(c.val) & files(c.test) and not files(c.train) & files(c.val)
+    again = stdlib_corpus(0.2, 0, root=str(root), test_fraction=0.2)
+    assert torch.equal(again.train, c.train) and torch.equal(again.test, c.test) and again.info == c.info
+    assert set(stdlib_corpus(0.2, 0, root=str(root), test_fraction=0.3).info["val_files"]) == val  # val stays put
+    with pytest.raises(DataError, match="sum below 1"):
+        stdlib_corpus(0.5, 0, root=str(root), test_fraction=0.5)
 
 
 def test_default_corpus_is_the_installed_stdlib():
     c = load_corpus(None, max_bytes=200_000)
     assert c.info["source"] == "python-stdlib" and c.vocab_size == 256
-    assert c.info["train_tokens"] + c.info["val_tokens"] >= 200_000
+    assert c.info["train_tokens"] + c.info["val_tokens"] + c.info["test_tokens"] >= 200_000
     assert c.info["val_files"] and all(f.endswith(".py") for f in c.info["val_files"])
+    assert c.info["test_files"] and not set(c.info["test_files"]) & set(c.info["val_files"])
 
 
 # -- metrics ----------------------------------------------------------------------------------
@@ -164,6 +177,38 @@ def test_resume_is_bit_identical(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     sa, sb = load_checkpoint(full).task, load_checkpoint(part).task
     assert sa["start_step"] == sb["start_step"] == 4 and torch.equal(sa["state"][0], sb["state"][0])
+
+
+def test_test_split_is_scored_once_at_the_end_over_all_of_it(tmp_path, monkeypatch):
+    from hyperscalees.tasks.lm.task import LMTask
+    calls = []
+    real = LMTask.final_evaluate
+    monkeypatch.setattr(LMTask, "final_evaluate", lambda self, m: calls.append(self.corpus.test.numel()) or real(self, m))
+    out = tmp_path / "run"
+    s = run(make_config("lm", es={"population": 4}, engine={"steps": 3, "eval_every": 1, "out": str(out)},
+                        options=SMALL), LocalBackend())
+    m = s["metrics"]
+    assert len(calls) == 1                                          # not at every evaluation
+    task = get_task("lm")(seed=0, options=SMALL)
+    n_test, streams = task.corpus.test.numel(), task.test_streams()
+    assert calls == [n_test] and sum(x.numel() for x in streams) == n_test     # every test token is read
+    assert m["test_bytes"] == n_test - sum(x.shape[0] for x in streams)       # all but each stream's first
+    assert 0 < m["bigram_test_bpb"] < m["unigram_test_bpb"] < 8 and 0 < m["test_bpb"] < 9
+    assert m["bigram_test_bpb"] != m["bigram_bpb"]                  # other bytes than the validation's
+    base = baselines(task.corpus.train, task.corpus.test[:200].view(1, -1), 256, task.corpus.token_bytes())
+    assert 0 < base["bigram_bpb"] < 8
+    split = load_checkpoint(out).task["data_split"]                # the split is recorded in the run
+    assert split["test_files"] == task.corpus.info["test_files"] and split["test_tokens"] == n_test
+    assert not set(split["test_files"]) & set(split["val_files"])
+
+
+def test_progress_bar_shows_tokens_per_second():
+    task = get_task("lm")(seed=0, options=SMALL)
+    model = task.build_model()
+    with torch.no_grad():
+        task.fitness(model, 0, 4, step=0)                           # 4 members x 2 streams x 16 tokens
+    assert task.progress(0.5) == {"tok/s": "256"}
+    assert task.progress(0.5) == {}                                 # counted once
 
 
 def test_backprop_reference_learns(text_file, tmp_path):

@@ -197,6 +197,21 @@ def es_step(es, work: Workload, chunk: int) -> Callable[[], object]:
     return run
 
 
+def backprop_step(work: Workload, population: int, chunk: int) -> Callable[[], object]:
+    """One backprop training step of the same model on the same batch (loss = -fitness, Adam): the same
+    member chunks as the ES step, gradients accumulated, so at any time one chunk's activations are stored
+    for the backward pass (the ES step holds one chunk's forward, without them)."""
+    opt = torch.optim.Adam(work.model.parameters(), lr=1e-3)
+
+    def run():
+        opt.zero_grad(set_to_none=True)
+        for lo in range(0, population, chunk):
+            hi = min(population, lo + chunk)
+            (-work.fitness(work.model, lo, hi).sum() / population).backward()
+        opt.step()
+    return run
+
+
 # -- reports -----------------------------------------------------------------------------
 @dataclass
 class Report:

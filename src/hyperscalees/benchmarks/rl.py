@@ -1,28 +1,37 @@
-"""Question: does ES reach an RL target in less wall clock than PPO on this machine?
+"""Question: does ES reach an RL target in less wall clock than PPO and than full-rank OpenES on this machine?
 
-Targets: CartPole-v1 mean eval return >= 475, Pendulum-v1 >= -200. For every env and seed
-(default 0..4) two runs, one after the other (never side by side; the side that goes first
-alternates with the seed), each under the same wall-clock budget:
+Targets: CartPole-v1 mean eval return >= 475, Pendulum-v1 >= -200. For every env and reported
+seed (default 100..109; the per-env ES settings were tuned on seeds 0..4, ``--tuning-seeds``,
+which must not overlap the reported ones) one run per method, one after the other (never side
+by side; the order rotates with the seed), each under the same wall-clock budget:
 
-- ES: ``hyperscalees train rl --env ENV --seed S --json --time-budget B --out DIR`` in a
-  subprocess (:func:`es_invocation`). Its ``metrics.jsonl`` gives ``time`` and, on evaluation
-  steps, ``eval_return``; once a row reaches the threshold the run is sent SIGTERM (it saves
-  and exits), as PPO stops at its threshold.
-- PPO: stable-baselines3 with the rl-baselines3-zoo tuned hyperparameters and the protocol of
-  shared/research/baselines.md §3 (20 deterministic eval episodes every 10k env steps), run by
-  ``bench/ppo_anchor.py`` (source checkout) inside a throw-away venv built once under
-  ``~/.cache/hyperscalees/bench-venvs/ppo`` (``HYPERSCALEES_CACHE`` moves it). PPO is never a
-  dependency of hyperscalees.
+- ``es``: ``hyperscalees train rl --env ENV --seed S`` (EGGROLL, the env's tuned defaults: the
+  command a newcomer types) in a subprocess (:func:`es_invocation`), stopped with SIGTERM once a
+  row of its ``metrics.jsonl`` reaches the threshold.
+- ``openes``: the same command with ``--strategy open_es`` (full-rank noise, same population,
+  same settings, same evaluator).
+- ``ppo``: stable-baselines3 with the rl-baselines3-zoo tuned hyperparameters (not re-tuned
+  here: PPO gets the zoo's tuning budget), run by ``bench/ppo_anchor.py`` (source checkout)
+  inside a throw-away venv built once under ``~/.cache/hyperscalees/bench-venvs/ppo``. PPO is
+  never a dependency of hyperscalees; ``--methods es openes`` runs without it.
 
-Reported per env: the median over seeds of the wall clock to the threshold for each side (a
-seed that misses counts as slower than every seed that reached, so the median is None when
-half or more miss), seeds reached, env steps/s, and the curves; ``--plot FILE`` draws mean
-eval return against wall clock for both. Both clocks include each side's own evaluations;
-PPO's time without them is reported too. PPO's clock starts at ``learn()`` (after building the
-model, about 1 s); ES's at the start of the engine run (before building the model).
+One evaluator for all (``tasks/rl/evaluate.py``): ``EVAL_EPISODES`` episodes in the project's
+batched env from the run seed's fixed evaluation starts, deterministic actions, at the first
+training step at or past every ``EVAL_EVERY_ENV_STEPS`` env steps (an ES step is a whole
+population's episodes, so ES is evaluated at most once per step). PPO's policy is scored by
+the same code, imported from this checkout (``ppo_anchor.py --hs-src``).
 
-    hyperscalees bench rl [--quick] [--json] [--seeds 0 1 2 3 4] [--envs CartPole-v1 Pendulum-v1]
-                          [--budget SECONDS] [--threads N] [--plot FILE] [--out FILE]
+Reported per env and method: the median over seeds of the wall clock to the threshold with
+its evaluations (``median_s``) and without them (``train_median_s``; each side's own
+evaluation seconds subtracted), the quartiles, seeds reached (a seed that misses counts as
+slower than every seed that reached, so the median is None when half or more miss), env
+steps/s, and every curve. ``--runs-dir`` saves every run's record as its own JSON file;
+``--plot FILE`` draws eval return against wall clock, every seed of every method. PPO's clock
+starts at ``learn()`` (after building the model, about 1 s); ES's at the start of the engine run.
+
+    hyperscalees bench rl [--quick] [--json] [--seeds 100 ... 109] [--tuning-seeds 0 1 2 3 4]
+                          [--methods es openes ppo] [--envs CartPole-v1 Pendulum-v1]
+                          [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
 """
 from __future__ import annotations
 
@@ -43,68 +52,73 @@ from ..engine.metrics import JSONL_FILE, read_rows
 from ..noise.native import cache_dir
 from .base import BenchSetupError, Report, environment
 
-QUESTION = "wall clock to an RL target: ES vs PPO (stable-baselines3, rl-zoo tuned), same budget, median over seeds"
+QUESTION = ("wall clock to an RL target: EGGROLL vs full-rank OpenES vs PPO (stable-baselines3, rl-zoo tuned), "
+            "one evaluator, same budget, median over seeds not tuned on")
 THRESHOLDS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}
 PPO_PACKAGES = ("torch==2.13.0", "stable-baselines3", "gymnasium[mujoco]==1.4.0")  # mujoco: HalfCheetah-v5
 READY_FILE = ".hyperscalees-ready"  # written last: a venv without it is a broken install and is rebuilt
-ES_EVAL_EVERY = 5     # ES steps between evaluations (the ES side may tune this)
+METHODS = ("es", "openes", "ppo")
+STRATEGY = {"es": "eggroll", "openes": "open_es"}
+EVAL_EPISODES = 100            # episodes per evaluation, every method
+EVAL_EVERY_ENV_STEPS = 10_000  # evaluation cadence in training env steps, every method
 ES_MAX_STEPS = 1_000_000  # the wall-clock budget ends an ES run, not the task's default step count
-# Per-env ES settings, the counterpart of PPO's rl-zoo tuned ones, from a sweep on Pendulum-v1 (bench/results/cpu/README.md,
-# "Notes on the runs", ES vs PPO): OpenAI ES's per-pair episode starts, one episode per member, 256 pairs,
-# a large Adam step that decays. Anything not listed runs the rl task's defaults.
-ES_FLAGS = {"Pendulum-v1": ["--starts", "pair", "--episodes", "1", "--population", "512", "--sigma", "0.1",
-                            "--lr", "0.25", "--lr-decay", "0.99", "--rank", "8"]}
+TUNING_SEEDS = (0, 1, 2, 3, 4)  # the per-env ES settings (tasks/rl/task.py ENV_ES_DEFAULTS) were tuned on these
 STARTUP_SLACK_S = 300  # past the budget before a run is killed: interpreter, imports, env and model set-up
 STOP_GRACE_S = 60      # for an ES run to save and exit after its SIGTERM
 POLL_S = 0.5
-COLUMNS = ["env", "threshold", "seeds", "es_reached", "es_median_s", "ppo_reached", "ppo_median_s",
-           "ppo_train_median_s", "es_env_steps_per_s", "ppo_env_steps_per_s"]
+COLUMNS = ["env", "method", "threshold", "seeds", "reached", "median_s", "q25_s", "q75_s", "train_median_s",
+           "env_steps_per_s"]
 
 
 def configs(quick: bool) -> dict:
     if quick:
-        return dict(seeds=(0,), envs=("CartPole-v1",), budget=60.0)
-    return dict(seeds=(0, 1, 2, 3, 4), envs=tuple(THRESHOLDS), budget=300.0)
+        return dict(seeds=(100,), envs=("CartPole-v1",), budget=60.0)
+    return dict(seeds=tuple(range(100, 110)), envs=tuple(THRESHOLDS), budget=300.0)
 
 
 # -- the ES side ---------------------------------------------------------------------------
-def es_invocation(env_id: str, seed: int, budget: float, out_dir: Path, threads: int) -> tuple[list[str], dict]:
+def es_invocation(env_id: str, seed: int, budget: float, out_dir: Path, threads: int,
+                  strategy: str = "eggroll") -> tuple[list[str], dict]:
     """Command line and extra environment of one ES run: the one place to adjust the ES flags.
 
     The run must write ``out_dir/metrics.jsonl``: one JSON object per ES step with ``step`` and
-    ``time`` (seconds since the run started) and, on evaluation steps, ``eval_return`` (mean
-    return of the unperturbed policy over its evaluation episodes). An ``env_steps`` field
-    (cumulative env steps) makes env steps/s appear in the report.
+    ``time`` (seconds since the run started) and, on evaluation steps, ``eval_return``,
+    ``evaluated`` (1 when this row evaluated, 0 when it repeats the last evaluation) and
+    ``eval_s`` (seconds spent evaluating so far). ``env_steps`` (cumulative) gives env steps/s.
+    No per-env flags: ``train rl --env ENV`` runs the env's tuned settings by itself.
     """
     argv = [sys.executable, "-m", "hyperscalees.cli.main", "train", "rl", "--env", env_id, "--seed", str(seed),
-            "--json", "--time-budget", f"{budget:g}", "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_EVAL_EVERY),
-            "--out", str(out_dir),
-            *ES_FLAGS.get(env_id, [])]
+            "--strategy", strategy, "--json", "--time-budget", f"{budget:g}", "--steps", str(ES_MAX_STEPS),
+            "--eval-every", "1", "--eval-every-env-steps", str(EVAL_EVERY_ENV_STEPS),
+            "--eval-episodes", str(EVAL_EPISODES), "--out", str(out_dir)]
     return argv, {"OMP_NUM_THREADS": str(threads)}  # the same intra-op thread count as PPO
 
 
 def read_es_curve(path: Path) -> list[list[float]]:
-    """[time, eval_return] of every evaluation row of a ``metrics.jsonl`` (a torn last line is dropped)."""
-    return [[float(r["time"]), float(r["eval_return"])] for r in read_rows(path)
-            if r.get("eval_return") is not None and r.get("time") is not None]
+    """[wall s, train s, env steps, eval_return] of every row that evaluated (a torn last line is dropped)."""
+    return [[float(r["time"]), float(r["time"]) - float(r.get("eval_s") or 0.0), float(r.get("env_steps") or 0),
+             float(r["eval_return"])] for r in read_rows(path)
+            if r.get("eval_return") is not None and r.get("time") is not None and r.get("evaluated", 1)]
 
 
-def time_to_threshold(curve: list[list[float]], threshold: float, budget: float = math.inf) -> float | None:
-    """Time of the first point whose return (last entry) reaches ``threshold`` within ``budget``."""
+def time_to_threshold(curve: list[list[float]], threshold: float, budget: float = math.inf,
+                      clock: int = 0) -> float | None:
+    """Entry ``clock`` (0: wall, 1: train) of the first point whose return (last entry) reaches
+    ``threshold`` within ``budget`` of wall clock."""
     for point in curve:
         if point[0] > budget:
             return None
         if point[-1] >= threshold:
-            return point[0]
+            return point[clock]
     return None
 
 
-def run_es(env_id: str, seed: int, budget: float, threads: int) -> dict:
+def run_es(env_id: str, seed: int, budget: float, threads: int, strategy: str = "eggroll") -> dict:
     """One ES run in a subprocess, stopped with SIGTERM once its metrics reach the threshold."""
     threshold = THRESHOLDS[env_id]
     with tempfile.TemporaryDirectory(prefix="hs_bench_rl_") as tmp:
         out = Path(tmp) / "run"
-        argv, extra = es_invocation(env_id, seed, budget, out, threads)
+        argv, extra = es_invocation(env_id, seed, budget, out, threads, strategy)
         src = str(Path(__file__).resolve().parents[2])  # the hyperscalees this process runs
         path = os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         env = {**os.environ, "PYTHONPATH": path, **extra}
@@ -137,10 +151,12 @@ def run_es(env_id: str, seed: int, budget: float, threads: int) -> dict:
     status = "ok" if ok and bad is None else _failure(proc.returncode, bad or err_text, signalled)
     time_s = time_to_threshold(curve, threshold, budget)
     last = rows[-1] if rows else {}
-    steps_per_s = (last["env_steps"] / last["time"] if isinstance(last.get("env_steps"), (int, float))
-                   and last.get("time") else None)
+    train_total = (last.get("time") or 0.0) - (last.get("eval_s") or 0.0)
+    steps_per_s = (last["env_steps"] / train_total if isinstance(last.get("env_steps"), (int, float))
+                   and train_total > 0 else None)
     return {"seed": seed, "status": status, "reached": time_s is not None, "time_s": time_s,
-            "env_steps_per_s": steps_per_s, "es_steps": len(rows), "summary": _last_json(out_text), "curve": curve}
+            "train_s": time_to_threshold(curve, threshold, budget, clock=1), "env_steps_per_s": steps_per_s,
+            "es_steps": len(rows), "summary": _last_json(out_text), "curve": curve, "argv": argv[3:]}
 
 
 # -- the PPO side --------------------------------------------------------------------------
@@ -192,10 +208,11 @@ def anchor_script() -> Path:
 
 
 def run_ppo(python: Path, script: Path, env_id: str, seed: int, budget: float, threads: int) -> dict:
-    """One PPO run of ``ppo_anchor.py`` in the PPO venv: its JSON line, plus status and time_s."""
+    """One PPO run of ``ppo_anchor.py`` in the PPO venv, scored by this checkout's evaluator."""
     cmd = [str(python), str(script), "--env", env_id, "--seed", str(seed), "--threshold", repr(THRESHOLDS[env_id]),
-           "--max-seconds", f"{budget:g}", "--threads", str(threads)]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only the venv's packages
+           "--max-seconds", f"{budget:g}", "--threads", str(threads), "--eval-every", str(EVAL_EVERY_ENV_STEPS),
+           "--eval-episodes", str(EVAL_EPISODES), "--hs-src", str(Path(__file__).resolve().parents[2])]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the venv's packages (+ --hs-src)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget + STARTUP_SLACK_S, env=env)
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
@@ -205,9 +222,10 @@ def run_ppo(python: Path, script: Path, env_id: str, seed: int, budget: float, t
     if rc != 0 or rec is None:
         return {"seed": seed, "status": _failure(rc, err, None), "reached": False, "time_s": None,
                 "train_s": None, "env_steps_per_s": None, "curve": []}
-    time_s = time_to_threshold(rec["curve"], THRESHOLDS[env_id], budget)
-    return {**rec, "status": "ok", "reached": time_s is not None, "time_s": time_s,
-            "train_s": rec["train_s"] if time_s is not None else None}
+    curve = rec["curve"]
+    return {**rec, "status": "ok", "reached": time_to_threshold(curve, THRESHOLDS[env_id], budget) is not None,
+            "time_s": time_to_threshold(curve, THRESHOLDS[env_id], budget),
+            "train_s": time_to_threshold(curve, THRESHOLDS[env_id], budget, clock=1)}
 
 
 def _failure(rc, text: str, signalled) -> str:
@@ -240,39 +258,54 @@ def _median_known(values) -> float | None:
     return statistics.median(known) if known else None
 
 
-def summarize_env(env_id: str, es_runs: list[dict], ppo_runs: list[dict]) -> dict:
-    es_s, ppo_s = median_time([r["time_s"] for r in es_runs]), median_time([r["time_s"] for r in ppo_runs])
-    if es_s is None and ppo_s is None:
-        faster = None  # neither reached: no verdict
-    else:
-        faster = ppo_s is None or (es_s is not None and es_s < ppo_s)
-    return {"threshold": THRESHOLDS[env_id], "seeds": [r["seed"] for r in es_runs],
-            "es_median_s": es_s, "ppo_median_s": ppo_s,
-            "ppo_train_median_s": median_time([r.get("train_s") for r in ppo_runs]),
-            "es_reached": sum(r["reached"] for r in es_runs), "ppo_reached": sum(r["reached"] for r in ppo_runs),
-            "es_env_steps_per_s": _median_known(r["env_steps_per_s"] for r in es_runs),
-            "ppo_env_steps_per_s": _median_known(r["env_steps_per_s"] for r in ppo_runs),
-            "es_faster": faster, "es_runs": es_runs, "ppo_runs": ppo_runs}
+def _quartile(times: list[float | None], q: float) -> float | None:
+    """Quartile over seeds with misses counted as slower than every hit (None when it lands on a miss)."""
+    if not times:
+        return None
+    v = sorted(math.inf if t is None else t for t in times)
+    x = statistics.quantiles(v, n=4, method="inclusive")[int(q * 4) - 1] if len(v) > 1 else v[0]
+    return x if math.isfinite(x) else None
 
 
-def build_report(results: dict[str, dict], budget: float, threads: int, notes: list[str] = ()) -> Report:
+def summarize_env(env_id: str, runs: dict[str, list[dict]]) -> dict:
+    """Per method: medians (with and without evaluation time), quartiles, seeds reached, env steps/s."""
+    methods = {}
+    for m, rs in runs.items():
+        times = [r["time_s"] for r in rs]
+        methods[m] = {"median_s": median_time(times), "q25_s": _quartile(times, 0.25), "q75_s": _quartile(times, 0.75),
+                      "train_median_s": median_time([r.get("train_s") for r in rs]),
+                      "reached": sum(r["reached"] for r in rs), "seeds": [r["seed"] for r in rs],
+                      "env_steps_per_s": _median_known(r.get("env_steps_per_s") for r in rs), "runs": rs}
+    known = {m: v["train_median_s"] for m, v in methods.items() if v["train_median_s"] is not None}
+    return {"threshold": THRESHOLDS[env_id], "methods": methods,
+            "fastest_without_eval": min(known, key=known.get) if known else None}
+
+
+def build_report(results: dict[str, dict], budget: float, threads: int, notes: list[str] = (),
+                 tuning_seeds=TUNING_SEEDS) -> Report:
     """The report from per-env summaries (:func:`summarize_env`); curves go in the JSON only."""
     rep = Report("rl", QUESTION, COLUMNS)
     nan = lambda v: math.nan if v is None else v
     for env_id, r in results.items():
-        rep.rows.append([env_id, r["threshold"], len(r["seeds"]), r["es_reached"], nan(r["es_median_s"]),
-                         r["ppo_reached"], nan(r["ppo_median_s"]), nan(r["ppo_train_median_s"]),
-                         nan(r["es_env_steps_per_s"]), nan(r["ppo_env_steps_per_s"])])
-    ppo_versions = next((run["versions"] for r in results.values() for run in r["ppo_runs"] if "versions" in run), None)
-    rep.summary = {"es_faster": {e: r["es_faster"] for e, r in results.items()}, "budget_s": budget,
-                   "threads": threads, "ppo_versions": ppo_versions, "environment": environment()}
+        for m, v in r["methods"].items():
+            rep.rows.append([env_id, m, r["threshold"], len(v["seeds"]), v["reached"], nan(v["median_s"]),
+                             nan(v["q25_s"]), nan(v["q75_s"]), nan(v["train_median_s"]), nan(v["env_steps_per_s"])])
+    ppo_versions = next((run["versions"] for r in results.values() for run in r["methods"].get("ppo", {}).get("runs", [])
+                         if "versions" in run), None)
+    rep.summary = {"fastest_without_eval": {e: r["fastest_without_eval"] for e, r in results.items()},
+                   "budget_s": budget, "threads": threads, "tuning_seeds": list(tuning_seeds),
+                   "eval_episodes": EVAL_EPISODES, "eval_every_env_steps": EVAL_EVERY_ENV_STEPS,
+                   "ppo_versions": ppo_versions, "environment": environment()}
     rep.details = {"envs": results}
-    failed = sorted({f"{side} {e} seed {run['seed']}: {run['status']}" for e, r in results.items()
-                     for side in ("es", "ppo") for run in r[f"{side}_runs"] if run["status"] != "ok"})
-    rep.notes += [f"*_median_s: median over seeds of the wall clock to the threshold within {budget:g} s, incl. "
-                  "each side's evaluations; n/a when half or more of the seeds missed",
-                  "ppo_train_median_s: the same without PPO's evaluations; env steps/s: training steps per "
-                  "second (PPO: train-only time)"]
+    failed = sorted({f"{m} {e} seed {run['seed']}: {run['status']}" for e, r in results.items()
+                     for m, v in r["methods"].items() for run in v["runs"] if run["status"] != "ok"})
+    rep.notes += [f"median_s: median over seeds of the wall clock to the threshold within {budget:g} s, incl. the "
+                  "method's evaluations; train_median_s: the same without them; q25/q75: quartiles; n/a when the "
+                  "seed there missed",
+                  f"every method: the same evaluator ({EVAL_EPISODES} episodes, the project's batched env, the run "
+                  f"seed's fixed starts) at the first step at or past every {EVAL_EVERY_ENV_STEPS} env steps",
+                  f"ES settings tuned on seeds {list(tuning_seeds)} (not reported); PPO: rl-zoo's tuned settings",
+                  "env steps/s: training env steps per second of training time"]
     rep.notes += failed[:10] + list(notes)
     return rep
 
@@ -289,8 +322,12 @@ def mean_curve(curves: list[list[list[float]]], grid: list[float]) -> list[float
     return out
 
 
+LABELS = {"es": ("EGGROLL (hyperscalees)", "C0"), "openes": ("OpenES full rank (hyperscalees)", "C2"),
+          "ppo": ("PPO (SB3, rl-zoo)", "C1")}
+
+
 def plot_curves(results: dict[str, dict], path: Path) -> str:
-    """Mean eval return against wall clock, ES and PPO, one panel per env; returns a note for the report."""
+    """Eval return against wall clock, every seed of every method, one panel per env; returns a note."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -299,8 +336,9 @@ def plot_curves(results: dict[str, dict], path: Path) -> str:
         return "matplotlib is not installed: no plot (pip install 'hyperscalees[plot]')"
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
     for ax, (env_id, r) in zip(axes[0], results.items()):
-        for side, label, color in (("es", "ES (hyperscalees)", "C0"), ("ppo", "PPO (SB3, rl-zoo)", "C1")):
-            curves = [[[p[0], p[-1]] for p in run["curve"]] for run in r[f"{side}_runs"] if run["curve"]]
+        for m, v in r["methods"].items():
+            label, color = LABELS.get(m, (m, None))
+            curves = [[[p[0], p[-1]] for p in run["curve"]] for run in v["runs"] if run["curve"]]
             for c in curves:  # a return holds until the next evaluation: steps, as mean_curve reads them
                 ax.plot([p[0] for p in c], [p[1] for p in c], color=color, alpha=0.3, lw=0.8, marker=".",
                         drawstyle="steps-post")
@@ -309,13 +347,13 @@ def plot_curves(results: dict[str, dict], path: Path) -> str:
             else:
                 end = max(c[-1][0] for c in curves)
                 grid = [end * i / 300 for i in range(301)]
-                pts = [(t, v) for t, v in zip(grid, mean_curve(curves, grid)) if v is not None]
-                ax.plot([t for t, _ in pts], [v for _, v in pts], color=color, lw=2,
+                pts = [(t, y) for t, y in zip(grid, mean_curve(curves, grid)) if y is not None]
+                ax.plot([t for t, _ in pts], [y for _, y in pts], color=color, lw=2,
                         label=f"{label}, mean of {len(curves)}")
-            if r[f"{side}_median_s"] is not None:
-                ax.axvline(r[f"{side}_median_s"], color=color, ls=":", lw=1)
+            if v["median_s"] is not None:
+                ax.axvline(v["median_s"], color=color, ls=":", lw=1)
         ax.axhline(r["threshold"], color="grey", ls="--", lw=1, label=f"target {r['threshold']:g}")
-        ax.set(xlabel="wall clock (s)", ylabel="mean eval return", title=env_id)
+        ax.set(xlabel="wall clock incl. evaluations (s)", ylabel="mean eval return", title=env_id)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -327,25 +365,44 @@ def plot_curves(results: dict[str, dict], path: Path) -> str:
 
 
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, envs=None, budget=None, plot=None,
-        threads: int = 1) -> Report:
+        threads: int = 1, methods=None, tuning_seeds=None, runs_dir=None) -> Report:
     if device != "cpu":
-        raise BenchSetupError("bench rl measures on the CPU only (both sides run small MLP policies)")
+        raise BenchSetupError("bench rl measures on the CPU only (all methods run small MLP policies)")
     c = configs(quick)
     seeds, envs, budget = tuple(seeds or c["seeds"]), tuple(envs or c["envs"]), float(budget or c["budget"])
-    script = anchor_script()
-    python = ensure_ppo_venv(log)
+    methods = tuple(methods or METHODS)
+    tuning = tuple(TUNING_SEEDS if tuning_seeds is None else tuning_seeds)
+    overlap = sorted(set(seeds) & set(tuning))
+    if overlap:
+        raise BenchSetupError(f"seeds {overlap} are tuning seeds (--tuning-seeds {' '.join(map(str, tuning))}): "
+                              "report seeds the settings were not tuned on")
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise BenchSetupError(f"unknown method(s) {bad}; choose from {list(METHODS)}")
+    if "ppo" in methods:
+        script, python = anchor_script(), ensure_ppo_venv(log)
+    sides = {"es": lambda e, s: run_es(e, s, budget, threads, STRATEGY["es"]),
+             "openes": lambda e, s: run_es(e, s, budget, threads, STRATEGY["openes"]),
+             "ppo": lambda e, s: run_ppo(python, script, e, s, budget, threads)}
     results = {}
     for env_id in envs:
-        es_runs, ppo_runs = [], []
+        runs = {m: [] for m in methods}
         for i, seed in enumerate(seeds):
-            sides = [("es", lambda: run_es(env_id, seed, budget, threads), es_runs),
-                     ("ppo", lambda: run_ppo(python, script, env_id, seed, budget, threads), ppo_runs)]
-            for side, fn, runs in (sides if i % 2 == 0 else sides[::-1]):  # alternate who goes first
-                log(f"  {env_id} seed {seed}: {side} (budget {budget:g} s, load {os.getloadavg()[0]:.2f})")
-                runs.append(fn())
-                t = runs[-1]["time_s"]
-                log(f"    {runs[-1]['status']}; to {THRESHOLDS[env_id]:g}: "
-                    + ("not reached" if t is None else f"{t:.1f} s"))
-        results[env_id] = summarize_env(env_id, es_runs, ppo_runs)
+            order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
+            for m in order:
+                log(f"  {env_id} seed {seed}: {m} (budget {budget:g} s, load {os.getloadavg()[0]:.2f})")
+                rec = {**sides[m](env_id, seed), "load_before": os.getloadavg()[0]}
+                runs[m].append(rec)
+                if runs_dir is not None:
+                    path = Path(runs_dir) / f"{env_id}_{m}_seed{seed}.json"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(json.dumps({"env": env_id, "method": m, "budget_s": budget, "threads": threads,
+                                                "load_after": list(os.getloadavg()), **rec}) + "\n")
+                t = rec["time_s"]
+                log(f"    {rec['status']}; to {THRESHOLDS[env_id]:g}: "
+                    + ("not reached" if t is None else f"{t:.1f} s ({rec.get('train_s') or math.nan:.1f} s training)"))
+        results[env_id] = summarize_env(env_id, runs)
     notes = [plot_curves(results, plot)] if plot else []
-    return build_report(results, budget, threads, notes)
+    if runs_dir is not None:
+        notes.append(f"every run's record: {runs_dir}/ENV_METHOD_seedS.json")
+    return build_report(results, budget, threads, notes, tuning)

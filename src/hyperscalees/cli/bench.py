@@ -29,7 +29,8 @@ BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
 OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl"}),
-             "envs": frozenset({"rl"}), "budget": frozenset({"rl"}), "plot": frozenset({"rl"})}
+             "envs": frozenset({"rl"}), "budget": frozenset({"rl"}), "plot": frozenset({"rl"}),
+             "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl"}), "runs_dir": frozenset({"rl"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl"})
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
@@ -59,13 +60,19 @@ def register(subparsers) -> None:
     p.add_argument("--repeats", type=_positive_int, default=None,
                    help="gpu only: timed repeats per configuration (default: 3 with --quick, else 10)")
     p.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="S",
-                   help="rl only: seeds to run (default: 0 1 2 3 4; with --quick: 0)")
+                   help="rl only: seeds to report (default: 100 ... 109; with --quick: 100); never a tuning seed")
+    p.add_argument("--tuning-seeds", type=_seed, nargs="+", default=None, metavar="S",
+                   help="rl only: the seeds the ES settings were tuned on, refused as --seeds (default: 0 1 2 3 4)")
+    p.add_argument("--methods", nargs="+", default=None, choices=("es", "openes", "ppo"), metavar="M",
+                   help="rl only: es (EGGROLL) | openes (full rank) | ppo (needs the PPO venv) (default: all three)")
+    p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
+                   help="rl only: save every run's record (curve, times, status, load) as DIR/ENV_METHOD_seedS.json")
     p.add_argument("--envs", nargs="+", default=None, choices=RL_ENVS, metavar="ENV",
                    help=f"rl only: {' | '.join(RL_ENVS)} (default: both; with --quick: CartPole-v1)")
     p.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
                    help="rl only: wall-clock budget of every run, ES and PPO alike (default: 300; --quick: 60)")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
-                   help="rl only: draw mean eval return vs wall clock of both sides to this PNG (needs matplotlib)")
+                   help="rl only: draw eval return vs wall clock of every method and seed to this PNG (needs matplotlib)")
     p.set_defaults(func=run)
 
 

@@ -52,6 +52,8 @@ HELP = {
     "momentum": "SGD momentum in [0, 1) (sgd only)",
     "lr_decay": "multiply lr by this after every step, in (0, 1]",
     "sigma_decay": "multiply σ by this after every step, in (0, 1]",
+    "tie_sigma_growth": "after a step whose antithetic pairs all tie (no update), multiply σ by this until "
+                        "a step does not tie (>= 1; 1: off; one host read per step when on)",
     "noise_reuse": "steps sharing one noise draw (0: one draw for the whole run)",
     "distribution": f"noise distribution, all of std 1 except int (std ≈ {INT_SCALE}, an int8 table): "
                     f"with int use a σ about {INT_SCALE}x smaller",
@@ -97,7 +99,10 @@ HELP = {
     "max_steps": "cap on training episodes' length (0: the environment's limit)",
     "eval_max_steps": "cap on evaluation episodes' length (0: the environment's limit, as returns are reported)",
     "eval_episodes": "episodes of the unperturbed policy per evaluation (fixed starts)",
-    "starts": "who shares a step's episode starts: every member (step) or only a pair's twins (pair)",
+    "eval_every_env_steps": "evaluate only at the first evaluation step at or past each multiple of this many "
+                            "training env steps, repeating the last numbers in between (0: every evaluation step)",
+    "starts": "who shares a step's episode starts: every member (step), only a pair's twins (pair), or auto "
+              "(the env's tuned choice: pair for Pendulum-v1, else step)",
     "normalize": "leave observations unnormalised (by default: running mean/std shared by the population)",
     "threads": "torch threads for rollouts and evaluations (1: small policies run fastest on one)",
     # lm options
@@ -108,6 +113,7 @@ HELP = {
     "data": "a file (read as bytes), a directory with d-eggs input.bin + decoding.bin, or '' for the "
             "Python standard library's source (split by file)",
     "val_fraction": "fraction held out for validation, in (0, 1)",
+    "test_fraction": "fraction held out for the test split, scored once at the end (test_bpb), in (0, 1)",
     "max_bytes": "read at most this many bytes of data (0: all)",
     "eval_tokens": "validation tokens scored per evaluation",
     "eval_streams": "parallel validation streams",

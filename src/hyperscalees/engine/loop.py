@@ -135,6 +135,7 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                     break
             if evaluated_at != es.step:  # nothing ran, or a signal came between two steps
                 metrics = task.evaluate(model)
+            metrics = {**metrics, **task.final_evaluate(model)}  # once per run: the test split
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
         summary = _finish(cfg, task, es, out, metrics, stopped, t0, commit=partial(_swap_in, replacing, logger))

@@ -84,7 +84,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, heads: int) -> Tensor:
     causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
     top = scores.masked_fill(~causal, -float(2**30)).amax(dim=-1, keepdim=True)
     idx = (top - scores).clamp_(0, 255).to(torch.int64)
-    w = torch.take(exp_lut(q.device).to(torch.float64), idx).mul_(causal)       # (B, H, T, T), <= 2^18
+    w = torch.take(exp_lut(q.device, torch.float64), idx).mul_(causal)       # (B, H, T, T), <= 2^18
     num = w @ vh.to(torch.float64)
     out = clip8(torch.trunc(num / w.sum(dim=-1, keepdim=True)))
     return out.transpose(1, 2).reshape(b, t, d)

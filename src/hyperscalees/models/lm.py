@@ -61,10 +61,14 @@ class AbstractLM(nn.Module):
         return [(n, tuple(p.shape), str(p.dtype).removeprefix("torch.")) for n, p in self.named_parameters()]
 
 
+# float32 ln 2 / 16, read once at import: per forward it was a host->device copy and a read back
+_LOG2_SIXTEENTH = torch.log(torch.tensor(2.0)).item() / 16.0
+
+
 def natural_logits_from_log2_sixteenths(y: Tensor) -> Tensor:
     """Integer logits in 1/16-bit base-2 units -> float32 natural-log scale (exact up to fp32)."""
-    scale = torch.log(torch.tensor(2.0)).item() / 16.0
+    scale = _LOG2_SIXTEENTH
     return y * scale if not y.is_floating_point() else y.to(torch.float32) * scale   # int8 * float: one pass
 
 
-__all__ = ["AbstractLM", "LM_MODELS", "build_lm", "natural_logits_from_log2_sixteenths", "register_lm"]
+__all__ = ["AbstractLM", "natural_logits_from_log2_sixteenths"]

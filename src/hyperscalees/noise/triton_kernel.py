@@ -14,7 +14,8 @@ uint32, which wraps exactly like the int32 tensors of the torch path). Of the fl
 rounding, hence the same on every device. The Gaussian's erfinv is M. Giles'
 single-precision approximation ("Approximating the erfinv function", GPU Computing Gems,
 2011), written out here because Triton has no erfinv; its distance from the float64
-erfinv is bounded and tested over all 2²³ inputs (tests/noise/test_fused.py).
+erfinv is bounded and tested over all 2²³ inputs (tests/noise/test_fused.py; measured under Triton's
+CPU interpreter, not yet confirmed on a GPU).
 """
 from __future__ import annotations
 

@@ -252,9 +252,23 @@ def _exp_lut_values() -> tuple[int, ...]:
     return tuple(v if v >= 1 else 0 for v in vals)
 
 
-def exp_lut(device=None) -> Tensor:
-    """(256,) int64: round(exp(-i/6)·2^18), 0 where below 1 (d-eggs' softmax table)."""
-    return torch.tensor(_exp_lut_values(), dtype=torch.int64, device=device)
+@lru_cache(maxsize=256)
+def _on_device(values: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:
+    # one copy up per table, dtype and device, not one per forward (a host->device copy on a GPU)
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def _table(values: tuple, dtype: torch.dtype, device) -> Tensor:
+    """The cached device copy of a table; shared by every caller, so never written to."""
+    device = torch.device("cpu" if device is None else device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return _on_device(values, dtype, device)
+
+
+def exp_lut(device=None, dtype: torch.dtype = torch.int64) -> Tensor:
+    """(256,) round(exp(-i/6)·2^18), 0 where below 1 (d-eggs' softmax table); cached per device, read-only."""
+    return _table(_exp_lut_values(), dtype, device)
 
 
 @lru_cache(maxsize=None)
@@ -268,8 +282,8 @@ def _gelu_lut_values() -> tuple[int, ...]:
 
 
 def gelu_lut(device=None) -> Tensor:
-    """(255,) int64: entry q + 127 is round_half_away(16·gelu(q/16)), q in [-127, 127]."""
-    return torch.tensor(_gelu_lut_values(), dtype=torch.int64, device=device)
+    """(255,) int64: entry q + 127 is round_half_away(16·gelu(q/16)), q in [-127, 127]; cached per device, read-only."""
+    return _table(_gelu_lut_values(), torch.int64, device)
 
 
 def gelu_int8(x: Tensor) -> Tensor:
@@ -289,13 +303,12 @@ def _rope_values(positions: int, head_dim: int, base: float) -> tuple[tuple[int,
 
 
 def rope_tables(positions: int, head_dim: int, base: float = 10000.0, device=None) -> tuple[Tensor, Tensor]:
-    """(positions, head_dim/2) int64 cos and sin of t·base^(-2i/head_dim), in 2^-20 units."""
+    """(positions, head_dim/2) int64 cos and sin of t·base^(-2i/head_dim), in 2^-20 units; cached per device, read-only."""
     if head_dim % 2:
         raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
     cos, sin = _rope_values(positions, head_dim, float(base))
     shape = (positions, head_dim // 2)
-    return (torch.tensor(cos, dtype=torch.int64, device=device).view(shape),
-            torch.tensor(sin, dtype=torch.int64, device=device).view(shape))
+    return _table(cos, torch.int64, device).view(shape), _table(sin, torch.int64, device).view(shape)
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -33,6 +33,7 @@ from .metrics import StepMetrics
 from .shaping import check_fitness, fitness_stats, get_shaping, shape_fitness
 
 Schedule = Callable[[int], float]
+MAX_TIE_SCALE = 1024.0  # σ grows at most this much over a run of tied steps (a fitness that never varies)
 
 
 class AbstractStrategy:
@@ -65,6 +66,7 @@ class AbstractStrategy:
         else:
             self.rule = RULES[config.update_rule](trainable, self.groups, config)
         self._store: NoiseStore | None = None
+        self.tie_scale = 1.0     # σ multiplier after steps whose pairs all tied (ESConfig.tie_sigma_growth)
         self._precisions = {n: resolve_precision(config.update_precision, params[n].dtype, params[n].device)
                             for n in self.trainable}
 
@@ -87,7 +89,8 @@ class AbstractStrategy:
 
     def ask(self) -> Population:
         c = self.config
-        return Population(step=self.step, seed=c.seed, size=c.population, sigma=self.sigma_at(self.step),
+        sigma = self.sigma_at(self.step) * self.tie_scale
+        return Population(step=self.step, seed=c.seed, size=c.population, sigma=sigma,
                           rank=c.rank, noise_reuse=c.noise_reuse, distribution=c.distribution,
                           baseline_every=c.baseline_every)
 
@@ -148,12 +151,23 @@ class AbstractStrategy:
         self.rule.prepare(pop, {n: coefficient(store, n) for n in self.trainable}, self.lowrank)
         grads = self.estimate(pop, shaped, consume=True)
         self._store = None
+        self._respond_to_ties(shaped)
         grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads.values()]))
         factor = self.lr_factor(self.step)
         self.rule.apply(grads, factor)
         self.step += 1
         return StepMetrics({"step": self.step, "grad_norm": grad_norm, "sigma": pop.sigma,
                             "lr": self.rule.lrs(self.lr_factor(self.step))[0], **self.rule.metrics()})
+
+    def _respond_to_ties(self, shaped: Tensor) -> None:
+        """Widen the next step's σ when every antithetic pair tied (shaped fitness equal within each
+        pair: the estimate is zero); reset it after a step that did not. One host read, only if on."""
+        growth = self.config.tie_sigma_growth
+        if growth == 1.0:
+            return
+        pairs = torch.as_tensor(shaped).reshape(-1, 2)                           # (P/2, 2)
+        tied = bool((pairs[:, 0] == pairs[:, 1]).all())
+        self.tie_scale = min(self.tie_scale * growth, MAX_TIE_SCALE) if tied else 1.0
 
     def gradient_estimate(self, fitness, pop: Population | None = None, weights=None) -> dict[str, Tensor]:
         """Raw ES estimate ĝ = (1/(Nσ)) Σ f_i ε_i of ∇ E[fitness], per parameter name; no update."""
@@ -178,9 +192,10 @@ class AbstractStrategy:
 
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"step": self.step, "rule": self.rule.state_dict()}
+        return {"step": self.step, "rule": self.rule.state_dict(), "tie_scale": self.tie_scale}
 
     def load_state_dict(self, sd: dict) -> None:
         self.step = int(sd["step"])
         self.rule.load_state_dict(sd["rule"])
+        self.tie_scale = float(sd.get("tie_scale", 1.0))
         self._store = None

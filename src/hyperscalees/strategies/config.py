@@ -37,6 +37,11 @@ class ESConfig:
     update_rule: str = "optimizer" # how estimates move the weights (strategies.rules.RULES)
     deterministic: bool = True     # update bits independent of the CPU thread count (its GEMMs on one thread)
     update_precision: str = "auto" # operands of the update GEMM (ops.precision): auto|fp32|tf32|bf16|fp16
+    # A step whose antithetic twins all score the same moves nothing (e.g. a policy saturated so far
+    # that σ·ε changes no action): the next step's σ is multiplied by this, compounding while every
+    # pair keeps tying, and back to 1x after a step that does not. 1: off. Other values read one
+    # bool from the device per step (a host sync), so it is off unless asked for.
+    tie_sigma_growth: float = 1.0
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
@@ -65,3 +70,5 @@ class ESConfig:
         check_precision(self.update_precision)
         if self.update_rule not in (*RULES, "custom"):  # custom: an update rule class or factory was passed
             raise ValueError(f"unknown update_rule {self.update_rule!r}; choose one of {sorted(RULES)}")
+        if not (math.isfinite(self.tie_sigma_growth) and self.tie_sigma_growth >= 1):
+            raise ValueError(f"tie_sigma_growth must be a finite number >= 1, got {self.tie_sigma_growth!r}")

@@ -106,6 +106,10 @@ class AbstractTask:
         """A CPU generator keyed on (seed, *stream): same stream, same numbers, any device."""
         return torch.Generator().manual_seed(fold_in(self.seed, *stream) & 0x7FFF_FFFF_FFFF)
 
+    def final_evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Metrics scored once, at the end of a run (a held-out test split); none by default."""
+        return {}
+
     def metric_names(self) -> tuple[str, ...]:
         """Keys :meth:`evaluate` returns, for fixed CSV columns."""
         return (self.metric,)

@@ -155,3 +155,35 @@ def test_episode_starts_are_shared_as_asked_and_chunking_meets_the_same_ones(sta
     assert not torch.equal(task.episode_keys(step=3, lo=0, hi=8).view(8, 3), keys)  # new starts every step
     with pytest.raises(ValueError, match="'twins'"):
         RLTask(options={"env": "Pendulum-v1", "starts": "twins"})
+
+
+def test_pendulum_alone_runs_its_tuned_settings():
+    """``train rl --env Pendulum-v1`` with no other flag: the per-env settings, σ widening on ties included;
+    a flag given on the command line still wins, and other envs keep the task's defaults."""
+    from hyperscalees.cli.main import build_parser
+    from hyperscalees.cli.train import config_from_args
+    from hyperscalees.tasks.rl.task import ENV_ES_DEFAULTS, RLOptions
+    cfg = config_from_args(build_parser().parse_args(["train", "rl", "--env", "Pendulum-v1"]))
+    assert {k: getattr(cfg.es, k) for k in ENV_ES_DEFAULTS["Pendulum-v1"]} == ENV_ES_DEFAULTS["Pendulum-v1"]
+    assert cfg.es.tie_sigma_growth > 1 and RLOptions(**cfg.options).starts == "pair"
+    cfg = config_from_args(build_parser().parse_args(["train", "rl", "--env", "Pendulum-v1", "--sigma", "0.05",
+                                                      "--starts", "step"]))
+    assert cfg.es.sigma == 0.05 and cfg.es.population == 512 and RLOptions(**cfg.options).starts == "step"
+    cfg = config_from_args(build_parser().parse_args(["train", "rl"]))
+    assert cfg.es.population == 64 and cfg.es.tie_sigma_growth == 1.0 and RLOptions(**cfg.options).starts == "step"
+
+
+def test_evaluation_cadence_in_env_steps_and_its_time():
+    """eval_every_env_steps: a real evaluation only once per multiple of env steps (PPO's cadence in
+    bench rl); in between the last numbers come back marked evaluated=0, and eval_s counts real ones."""
+    task = RLTask(seed=0, options={"eval_every_env_steps": 10_000, "eval_episodes": 4})
+    model = task.build_model()
+    first = task.evaluate(model)
+    assert first["evaluated"] == 1 and first["eval_s"] > 0
+    again = task.evaluate(model)
+    assert again["evaluated"] == 0 and again["eval_s"] == first["eval_s"] and again["eval_return"] == first["eval_return"]
+    task.env_steps = 10_000
+    assert task.evaluate(model)["evaluated"] == 1
+    every = RLTask(seed=0, options={"eval_episodes": 4})             # off: every call evaluates, no clock in it
+    assert every.evaluate(model) == every.evaluate(model) and "eval_s" not in every.evaluate(model)
+    assert every.eval_seconds > 0

@@ -1,4 +1,8 @@
-"""Language-model data: a train and a validation stream of token ids, and how tokens map to bytes.
+"""Language-model data: train, validation and test streams of token ids, and how tokens map to bytes.
+
+Three splits: **train** (fitness), **validation** (the evaluations during a run: what settings are
+tuned on) and **test** (scored once, at the end of a run, over the whole split: the figure to report;
+nothing should ever be tuned on it).
 
 Three sources, chosen by ``--data``:
 
@@ -6,14 +10,16 @@ Three sources, chosen by ``--data``:
   ``sysconfig.get_paths()["stdlib"]``, test suites and site-packages skipped), present on
   every machine that runs this package, so nothing is downloaded. Files are read in sorted
   order until ``max_bytes``; each is one document ``[0] + bytes`` (byte 0 is the document
-  separator EGG resets its state on). The split is **by file**: a file goes to validation
-  when ``crc32(relative path) % 1000 < 1000·val_fraction``, so the same file lands on the
-  same side on every machine and for every cap; the split is recorded in the run.
-* a file: any text or binary file read as bytes (vocabulary 256); the last ``val_fraction``
-  of it is the validation stream. Only the first ``max_bytes`` are read (never the whole file
-  first), and ``info["note"]`` says so when the file is longer; a file that would not fit in
-  memory (the ids are int64 tensors, ~17 bytes of memory per byte of data while splitting) is
-  refused up front, naming ``--max-bytes``. A device or pipe is read only with a ``max_bytes`` cap.
+  separator EGG resets its state on). The split is **by file**: with ``c = crc32(relative
+  path) % 1000``, a file goes to validation when ``c < 1000·val_fraction``, to test when
+  ``1000·val_fraction <= c < 1000·(val_fraction + test_fraction)``, else to train, so the same
+  file lands on the same side on every machine and for every cap; the split is recorded in the run.
+* a file: any text or binary file read as bytes (vocabulary 256); the last ``test_fraction``
+  of it is the test stream, the ``val_fraction`` before that the validation stream.
+  Only the first ``max_bytes`` are read (never the whole file first), and ``info["note"]`` says
+  so when the file is longer; a file that would not fit in memory (the ids are int64 tensors,
+  ~17 bytes of memory per byte of data while splitting) is refused up front, naming
+  ``--max-bytes``. A device or pipe is read only with a ``max_bytes`` cap.
 * a directory holding d-eggs' token format: ``input.bin`` (uint32 little-endian ids, no
   header) and ``decoding.bin`` (u32 vocab size, then per id a u32 length and that many bytes
   of the token's text). Every id is checked against the vocabulary; bits per byte use the
@@ -45,7 +51,7 @@ class DataError(ValueError):
 class Corpus:
     """Token streams plus what is needed to turn tokens back into bytes.
 
-    ``train``/``val`` are 1-D int64 id tensors; ``pieces[i]`` is the bytes of token i (the
+    ``train``/``val``/``test`` are 1-D int64 id tensors; ``pieces[i]`` is the bytes of token i (the
     256 single bytes for byte data); ``info`` describes the source and the split (JSON-able).
     """
 
@@ -54,6 +60,7 @@ class Corpus:
     vocab_size: int
     pieces: tuple[bytes, ...]
     info: dict = field(default_factory=dict)
+    test: Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
 
     @property
     def is_bytes(self) -> bool:
@@ -91,20 +98,26 @@ class Corpus:
 BYTE_PIECES = tuple(bytes([b]) for b in range(256))
 
 
-def load_corpus(path: str | None = None, val_fraction: float = 0.05, max_bytes: int = 4 << 20) -> Corpus:
+def check_fractions(val_fraction: float, test_fraction: float) -> None:
+    if not 0 < val_fraction < 1 or not 0 < test_fraction < 1 or val_fraction + test_fraction >= 1:
+        raise DataError(f"val_fraction and test_fraction must be in (0, 1) with a sum below 1, "
+                        f"got {val_fraction!r} and {test_fraction!r}")
+
+
+def load_corpus(path: str | None = None, val_fraction: float = 0.05, max_bytes: int = 4 << 20,
+                test_fraction: float = 0.05) -> Corpus:
     """The corpus ``--data`` names (None: the standard library source); see the module docstring."""
-    if not 0 < val_fraction < 1:
-        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    check_fractions(val_fraction, test_fraction)
     if path is None or path == "":
-        return stdlib_corpus(val_fraction, max_bytes)
+        return stdlib_corpus(val_fraction, max_bytes, test_fraction=test_fraction)
     p = Path(path)
     if p.is_dir():
-        return token_corpus(p, val_fraction)
+        return token_corpus(p, val_fraction, test_fraction)
     if not p.exists():
         raise DataError(f"data path {str(p)!r} does not exist")
     data, note = read_byte_file(p, max_bytes)
     info = {"source": str(p), "format": "bytes"} | ({"note": note} if note else {})
-    return split_stream(torch.from_numpy(data.astype(np.int64)), val_fraction, 256, BYTE_PIECES, info)
+    return split_stream(torch.from_numpy(data.astype(np.int64)), val_fraction, 256, BYTE_PIECES, info, test_fraction)
 
 
 BYTES_PER_TOKEN = 17  # memory per byte of data while loading: the bytes, their int64 ids, and the split's copies
@@ -164,18 +177,24 @@ def _read_exactly(f, n: int) -> bytes:
     return b"".join(parts)
 
 
-def split_stream(ids: Tensor, val_fraction: float, vocab: int, pieces, info: dict) -> Corpus:
-    """One stream: its last ``val_fraction`` validates (both parts need two tokens)."""
+def split_stream(ids: Tensor, val_fraction: float, vocab: int, pieces, info: dict,
+                 test_fraction: float = 0.05) -> Corpus:
+    """One stream: train, then ``val_fraction`` validation, then the last ``test_fraction`` test
+    (each part needs two tokens)."""
     n = ids.numel()
     if n == 0:
         raise DataError(f"the data in {info['source']!r} is empty")
+    n_test = int(round(n * test_fraction))
     n_val = int(round(n * val_fraction))
-    if n_val < 2 or n - n_val < 2:
-        raise DataError(f"the data in {info['source']!r} has {n} tokens: too few to split into train and "
-                        f"validation with val_fraction {val_fraction}")
-    info = {**info, "split": f"last {val_fraction:g} of the stream", "train_tokens": n - n_val, "val_tokens": n_val,
+    n_train = n - n_val - n_test
+    if min(n_val, n_test, n_train) < 2:
+        raise DataError(f"the data in {info['source']!r} has {n} tokens: too few to split into train, "
+                        f"validation and test with val_fraction {val_fraction} and test_fraction {test_fraction}")
+    info = {**info, "split": f"train, then {val_fraction:g} validation, then the last {test_fraction:g} test",
+            "train_tokens": n_train, "val_tokens": n_val, "test_tokens": n_test,
             "sha256": hashlib.sha256(ids.numpy().tobytes()).hexdigest()[:16]}
-    return Corpus(ids[:n - n_val].clone(), ids[n - n_val:].clone(), vocab, tuple(pieces), info)
+    return Corpus(ids[:n_train].clone(), ids[n_train:n_train + n_val].clone(), vocab, tuple(pieces), info,
+                  test=ids[n_train + n_val:].clone())
 
 
 def stdlib_files(root: str | None = None) -> list[tuple[str, Path]]:
@@ -191,16 +210,28 @@ def stdlib_files(root: str | None = None) -> list[tuple[str, Path]]:
     return sorted(out)
 
 
+def file_split(rel: str, val_fraction: float, test_fraction: float = 0.05) -> str:
+    """"val", "test" or "train": where the file at relative path ``rel`` goes (module docstring)."""
+    c = zlib.crc32(rel.encode()) % 1000
+    if c < round(1000 * val_fraction):
+        return "val"
+    return "test" if c < round(1000 * (val_fraction + test_fraction)) else "train"
+
+
 def is_validation_file(rel: str, val_fraction: float) -> bool:
-    return zlib.crc32(rel.encode()) % 1000 < round(1000 * val_fraction)
+    return file_split(rel, val_fraction) == "val"
 
 
-def stdlib_corpus(val_fraction: float = 0.05, max_bytes: int = 4 << 20, root: str | None = None) -> Corpus:
-    """The standard library's source as two byte streams, split by file (module docstring)."""
+def stdlib_corpus(val_fraction: float = 0.05, max_bytes: int = 4 << 20, root: str | None = None,
+                  test_fraction: float = 0.05) -> Corpus:
+    """The standard library's source as three byte streams, split by file (module docstring)."""
+    check_fractions(val_fraction, test_fraction)
     files = stdlib_files(root)
     if not files:
         raise DataError(f"no *.py files found under {root or sysconfig.get_paths()['stdlib']!r}")
-    train, val, val_names, total, n_train = [], [], [], 0, 0
+    docs: dict[str, list[bytes]] = {"train": [], "val": [], "test": []}
+    names: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    total = 0
     for rel, full in files:
         if max_bytes and total >= max_bytes:
             break
@@ -209,22 +240,21 @@ def stdlib_corpus(val_fraction: float = 0.05, max_bytes: int = 4 << 20, root: st
         except OSError:  # unreadable file: skipped, it is not part of the corpus
             continue
         total += len(doc)
-        if is_validation_file(rel, val_fraction):
-            val.append(doc)
-            val_names.append(rel)
-        else:
-            train.append(doc)
-            n_train += 1
-    tr, va = b"".join(train), b"".join(val)
-    if len(tr) < 2 or len(va) < 2:
-        raise DataError(f"the standard library corpus split has {len(tr)} train and {len(va)} validation bytes; "
-                        "raise max_bytes or val_fraction")
+        side = file_split(rel, val_fraction, test_fraction)
+        docs[side].append(doc)
+        names[side].append(rel)
+    tr, va, te = (b"".join(docs[k]) for k in ("train", "val", "test"))
+    if min(len(tr), len(va), len(te)) < 2:
+        raise DataError(f"the standard library corpus split has {len(tr)} train, {len(va)} validation and "
+                        f"{len(te)} test bytes; raise max_bytes, val_fraction or test_fraction")
+    v, t = round(1000 * val_fraction), round(1000 * (val_fraction + test_fraction))
     info = {"source": "python-stdlib", "root": str(root or sysconfig.get_paths()["stdlib"]), "format": "bytes",
-            "split": f"by file: crc32(path) % 1000 < {round(1000 * val_fraction)}", "train_files": n_train,
-            "val_files": val_names, "train_tokens": len(tr), "val_tokens": len(va),
-            "sha256": hashlib.sha256(tr + b"|" + va).hexdigest()[:16]}
+            "split": f"by file: crc32(path) % 1000 < {v} validation, < {t} test, else train",
+            "train_files": len(names["train"]), "val_files": names["val"], "test_files": names["test"],
+            "train_tokens": len(tr), "val_tokens": len(va), "test_tokens": len(te),
+            "sha256": hashlib.sha256(tr + b"|" + va + b"|" + te).hexdigest()[:16]}
     as_ids = lambda b: torch.from_numpy(np.frombuffer(b, dtype=np.uint8).astype(np.int64))  # noqa: E731
-    return Corpus(as_ids(tr), as_ids(va), 256, BYTE_PIECES, info)
+    return Corpus(as_ids(tr), as_ids(va), 256, BYTE_PIECES, info, test=as_ids(te))
 
 
 def read_vocabulary(path: Path) -> tuple[bytes, ...]:
@@ -246,7 +276,7 @@ def read_vocabulary(path: Path) -> tuple[bytes, ...]:
     return tuple(pieces)
 
 
-def token_corpus(directory: Path, val_fraction: float) -> Corpus:
+def token_corpus(directory: Path, val_fraction: float, test_fraction: float = 0.05) -> Corpus:
     """``input.bin`` + ``decoding.bin`` of d-eggs, ids checked against the vocabulary."""
     inp, dec = directory / "input.bin", directory / "decoding.bin"
     for f in (inp, dec):
@@ -266,7 +296,7 @@ def token_corpus(directory: Path, val_fraction: float) -> Corpus:
         raise DataError(f"{str(inp)!r}: token id {int(ids[i])} at position {i} is >= the vocabulary size "
                         f"{len(pieces)} of {dec.name} ({bad.size} such ids)")
     return split_stream(torch.from_numpy(ids.astype(np.int64)), val_fraction, len(pieces), pieces,
-                        {"source": str(directory), "format": "tokens"})
+                        {"source": str(directory), "format": "tokens"}, test_fraction)
 
 
 def write_token_data(directory: str | Path, ids, pieces) -> None:

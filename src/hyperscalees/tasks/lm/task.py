@@ -16,9 +16,11 @@ window, as nano-egg does; the state a row starts step s with is the one it ended
 bit for bit; they are reset to the model's fresh state when the streams start over.
 
 Fitness is (P, M): -(bits of the window's targets)/(bytes they spell) per member and stream
-(the engine averages over M). ``evaluate`` scores the unperturbed model on held-out text:
-real cross-entropy in bits per byte (``val_bpb``) next to the add-one unigram and bigram
-baselines of the same targets (``metrics.py``).
+(the engine averages over M). ``evaluate`` scores the unperturbed model on the start of the
+validation split (what settings are tuned on): real cross-entropy in bits per byte (``val_bpb``)
+next to the add-one unigram and bigram baselines of the same targets (``metrics.py``).
+``final_evaluate`` scores it once, at the end of a run, on the **whole** test split
+(``test_bpb``, ``bigram_test_bpb``, ``unigram_test_bpb``): the figure to report.
 """
 from __future__ import annotations
 
@@ -65,7 +67,8 @@ class LMOptions:
     window: int = 16            # tokens per stream per update (T)
     streams: int = 16           # data streams every member reads per step (M)
     data: str = ""              # file (bytes), d-eggs token directory, or "" for the stdlib source
-    val_fraction: float = 0.05
+    val_fraction: float = 0.05  # files (or the stream's end) for validation: evaluations during a run
+    test_fraction: float = 0.05  # and for test: scored once, at the end (data.py)
     max_bytes: int = 4 << 20    # cap on the data read (0: no cap)
     eval_tokens: int = 32768    # validation tokens scored per evaluation
     eval_streams: int = 16
@@ -89,6 +92,9 @@ class LMOptions:
             raise ValueError(f"sample_every must be an integer >= 0, got {self.sample_every!r}")
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        if not 0 < self.test_fraction < 1 or self.val_fraction + self.test_fraction >= 1:
+            raise ValueError(f"test_fraction must be in (0, 1) with val_fraction + test_fraction < 1, "
+                             f"got {self.test_fraction!r}")
         check_sampling(self.temperature, self.min_p, self.presence_penalty)
         if self.ntt not in NTT_CHOICES:
             raise ValueError(f"unknown ntt {self.ntt!r}; choose one of {NTT_CHOICES}")
@@ -156,7 +162,7 @@ class LMTask(AbstractTask):
     def __init__(self, seed=0, device=None, options=None):
         super().__init__(seed, device, options)
         o = self.options
-        self.corpus: Corpus = load_corpus(o.data or None, o.val_fraction, o.max_bytes)
+        self.corpus: Corpus = load_corpus(o.data or None, o.val_fraction, o.max_bytes, o.test_fraction)
         if self.corpus.info.get("note"):  # part of the data is unused: say so, once, before training starts
             print(f"note: {self.corpus.info['note']}", file=sys.stderr)
         n = self.corpus.train.numel()
@@ -173,6 +179,7 @@ class LMTask(AbstractTask):
         self._pending: tuple[int, dict] | None = None                      # (step, {lo: (hi, state)})
         self._cached: tuple[int, Tensor] | None = None
         self._bp_state = None                                              # backprop reference only
+        self._tokens = 0                                                   # read by fitness since progress()
 
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
@@ -235,6 +242,7 @@ class LMTask(AbstractTask):
         win = self.batch(step)                                             # (M, T+1)
         x, y = win[:, :-1].repeat(p, 1), win[:, 1:].repeat(p, 1)           # (P·M, T) member-major
         logits, new_state = model(x, state)
+        self._tokens += x.numel()
         bits = token_bits(logits, y).sum(dim=1).double()                   # (P·M,)
         nbytes = self.token_bytes[y].sum(dim=1).clamp(min=1)               # (P·M,)
         if self._pending is None or self._pending[0] != step:
@@ -267,9 +275,9 @@ class LMTask(AbstractTask):
                                         self.corpus.token_bytes())
         return self._baselines
 
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        streams, t = self.eval_streams().to(self.device), self.options.window
+    def score(self, model: nn.Module, streams: Tensor) -> tuple[float, float, int]:
+        """(bits, bytes, targets) of the model on (E, L) streams, read ``window`` tokens at a time."""
+        streams, t = streams.to(self.device), self.options.window
         bits = nbytes = 0.0
         count, state = 0, None
         for j in range(0, streams.shape[1] - 1, t):
@@ -280,6 +288,38 @@ class LMTask(AbstractTask):
             bits += float(token_bits(logits, y).double().sum())
             nbytes += float(self.token_bytes[y].sum())
             count += y.numel()
+        return bits, nbytes, count
+
+    def test_streams(self) -> list[Tensor]:
+        """The whole test split as (E, L) streams plus, if any, the (1, rest) tail: every token is a
+        target except the first of each stream."""
+        test, e = self.corpus.test, self.options.eval_streams
+        e = max(1, min(e, test.numel() // 2))
+        length = test.numel() // e
+        parts = [test[:e * length].view(e, length)]
+        if test.numel() - e * length >= 2:
+            parts.append(test[e * length:].view(1, -1))
+        return parts
+
+    @torch.no_grad()
+    def final_evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Test bits per byte over the whole test split, next to the unigram and bigram on the same
+        bytes; run once, at the end of a run (the figure to report; never tuned on)."""
+        bits = nbytes = 0.0
+        base_bits = {"unigram": 0.0, "bigram": 0.0}
+        for streams in self.test_streams():
+            b, n, _ = self.score(model, streams)
+            bits, nbytes = bits + b, nbytes + n
+            base = baselines(self.corpus.train, streams, self.corpus.vocab_size, self.corpus.token_bytes())
+            for k in base_bits:
+                base_bits[k] += base[f"{k}_bpb"] * n                   # the baselines' bits on these bytes
+        n = max(nbytes, 1.0)
+        return {"test_bpb": bits / n, "bigram_test_bpb": base_bits["bigram"] / n,
+                "unigram_test_bpb": base_bits["unigram"] / n, "test_bytes": int(nbytes)}
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        bits, nbytes, count = self.score(model, self.eval_streams())
         base = self.baselines()
         self.target = base["bigram_bpb"]      # "solved": below the bigram baseline of the same targets
         out = {"val_bpb": bits / max(nbytes, 1.0), **{k: base[k] for k in ("bigram_bpb", "unigram_bpb")}}
@@ -298,6 +338,12 @@ class LMTask(AbstractTask):
                        seed=self.seed + self._evals, context=o.window)
         return self.corpus.decode(prompt) + "|" + self.corpus.decode(out)
 
+    def progress(self, step_seconds: float) -> dict[str, str]:
+        """Tokens/s: the tokens the members read this step (every member's windows) over its time;
+        nothing where workers ran the fitness (a distributed run's coordinator reads none)."""
+        tokens, self._tokens = self._tokens, 0
+        return {"tok/s": f"{tokens / max(step_seconds, 1e-9):,.0f}"} if tokens else {}
+
     def metric_names(self):
         names = ("val_bpb", "bigram_bpb", "unigram_bpb")
         return names if self.corpus.is_bytes else names + ("val_bpt", "bigram_bpt", "unigram_bpt")
@@ -307,7 +353,8 @@ class LMTask(AbstractTask):
         self._commit()
         start = self._start
         st = None if start is None else start[1]
-        return {"data_sha256": self.corpus.info.get("sha256"), "evals": self._evals,
+        split = {k: v for k, v in self.corpus.info.items() if k.endswith(("split", "_files", "_tokens"))}
+        return {"data_sha256": self.corpus.info.get("sha256"), "data_split": split, "evals": self._evals,
                 "start_step": -1 if start is None else start[0],
                 "state": [] if st is None else ([st] if isinstance(st, Tensor) else list(st)),
                 "state_is_tensor": isinstance(st, Tensor)}

@@ -18,7 +18,6 @@ the project's 2-core machine (issue #10), so rollouts and evaluations run on
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -30,12 +29,20 @@ from ...models.policy import Policy
 from ...noise.keys import fold_in, pair_keys
 from ..base import AbstractTask, check_options
 from .envs import check_env_id, make_env
+from .evaluate import EVAL_STREAM, evaluate_policy, evaluation_keys
 from .normalize import RunningStats
 from .rollout import rollout
 
 TARGETS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}  # "solved" returns (issue #10's acceptance)
-_EVAL_STREAM = 0xE7A1  # evaluation starts: one fixed set per run, never a training step's
-STARTS = ("step", "pair")
+_EVAL_STREAM = EVAL_STREAM
+STARTS = ("auto", "step", "pair")
+# Per-env settings that replace the task's defaults for whatever the command line leaves out, so
+# ``train rl --env Pendulum-v1`` alone runs them. Pendulum: from a sweep on seeds 0-4 (bench rl then
+# reports other seeds): OpenAI ES's per-pair starts, 256 pairs, a large decaying Adam step, rank 8;
+# σ doubles after a step whose pairs all tie (a saturated policy: ESConfig.tie_sigma_growth).
+ENV_ES_DEFAULTS = {"Pendulum-v1": {"population": 512, "sigma": 0.1, "lr": 0.25, "lr_decay": 0.99, "rank": 8,
+                                   "tie_sigma_growth": 2.0}}
+ENV_STARTS = {"Pendulum-v1": "pair"}   # starts="auto": this, else "step"
 
 
 @dataclass(frozen=True)
@@ -48,8 +55,11 @@ class RLOptions:
     max_steps: int = 0          # cap on training episodes' length; 0: the environment's own limit
     eval_episodes: int = 100
     eval_max_steps: int = 0     # cap on evaluation episodes' length; 0: the environment's own limit
+    eval_every_env_steps: int = 0  # >0: evaluate only at the first call at or past each multiple of this
+                                   # many training env steps (bench rl's cadence, as PPO's); 0: every call
     normalize: bool = True      # running observation normalisation
-    starts: str = "step"        # who shares episode starts: "step" (every member) or "pair" (a pair's twins)
+    starts: str = "auto"        # who shares episode starts: "step" (every member), "pair" (a pair's twins),
+                                # "auto": the env's tuned choice (ENV_STARTS), else "step"
     threads: int = 1
 
     def __post_init__(self):
@@ -57,7 +67,9 @@ class RLOptions:
                       activation=self.activation)
         if self.starts not in STARTS:
             raise ValueError(f"unknown starts {self.starts!r}; choose one of {list(STARTS)}")
-        for name in ("max_steps", "eval_max_steps"):
+        if self.starts == "auto":
+            object.__setattr__(self, "starts", ENV_STARTS.get(self.env, "step"))
+        for name in ("max_steps", "eval_max_steps", "eval_every_env_steps"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
@@ -103,7 +115,15 @@ class RLTask(AbstractTask):
         self.stats_step = 0
         self.env_steps = 0
         self._steps_seen = 0  # env_steps at the last progress() call
+        self.eval_seconds = 0.0                 # spent in evaluations so far (bench rl subtracts it)
+        self._last_eval: dict | None = None
+        self._next_eval = 0                     # env steps at which the next evaluation is due
         self._envs: dict[int, object] = {}
+
+    @classmethod
+    def model_es_defaults(cls, options: dict) -> dict:
+        """The env's tuned ES settings (ENV_ES_DEFAULTS) for what the command line leaves out."""
+        return dict(ENV_ES_DEFAULTS.get(options.get("env", RLOptions.env), {}))
 
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
@@ -150,7 +170,7 @@ class RLTask(AbstractTask):
         self.env_steps += ep.env_steps
         return ep.returns.view(hi - lo, self.options.episodes)
 
-    def make_fitness(self) -> "ObservationStatsFitness":
+    def make_fitness(self):
         """Fitness whose observation sums workers can merge (``fitness.py``)."""
         from .fitness import ObservationStatsFitness
         return ObservationStatsFitness(self)
@@ -158,15 +178,21 @@ class RLTask(AbstractTask):
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """``eval_episodes`` episodes of the unperturbed policy (tasks/rl/evaluate.py: the evaluator bench rl
+        gives every method). With ``eval_every_env_steps``, a call before the next multiple is due returns
+        the last evaluation's numbers again (``evaluated`` 0) instead of evaluating."""
+        every = self.options.eval_every_env_steps
+        if every and self._last_eval is not None and self.env_steps < self._next_eval:
+            return {**self._last_eval, "env_steps": self.env_steps, "evaluated": 0, "eval_s": self.eval_seconds}
         n = self.options.eval_episodes
-        keys = pair_keys(fold_in(self.seed, _EVAL_STREAM), torch.arange(n))
         with torch_threads(self.options.threads):
-            ep = rollout(model, self._env(n), keys, self.eval_max_steps)
-        r = ep.returns
-        ok = r[torch.isfinite(r)]
-        return {"eval_return": float(ok.mean()) if ok.numel() else math.nan,
-                "eval_return_std": float(ok.std()) if ok.numel() > 1 else 0.0,
-                "eval_broken": int(ep.broken.sum()), "env_steps": self.env_steps}
+            res = evaluate_policy(model, self._env(n), evaluation_keys(self.seed, n), self.eval_max_steps)
+        self.eval_seconds += res.pop("seconds")
+        if not every:      # the metrics stay a function of the run (no clock reading): runs compare bit for bit
+            return {**res, "env_steps": self.env_steps}
+        self._next_eval = (self.env_steps // every + 1) * every
+        self._last_eval = res
+        return {**res, "env_steps": self.env_steps, "evaluated": 1, "eval_s": self.eval_seconds}
 
     def render(self, model: nn.Module, path, episodes: int = 1, every: int = 1):
         """The first ``episodes`` evaluation episodes as a GIF at ``path`` (tasks/rl/render.py)."""
@@ -183,11 +209,13 @@ class RLTask(AbstractTask):
         return {"env_steps/s": f"{done / step_seconds:.3g}"} if step_seconds > 0 else {}
 
     def metric_names(self):
-        return ("eval_return", "eval_return_std", "eval_broken", "env_steps")
+        names = ("eval_return", "eval_return_std", "eval_broken", "env_steps")
+        return names + ("evaluated", "eval_s") if self.options.eval_every_env_steps else names
 
     # -- state a resumed run must restore ----------------------------------------------
     def state_dict(self) -> dict:
-        return {"stats": self.stats.state_dict(), "stats_step": self.stats_step, "env_steps": self.env_steps}
+        return {"stats": self.stats.state_dict(), "stats_step": self.stats_step, "env_steps": self.env_steps,
+                "next_eval": self._next_eval}   # eval_seconds is a clock reading, not state: a resume restarts it
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
@@ -195,3 +223,4 @@ class RLTask(AbstractTask):
         self.stats.load_state_dict(state["stats"])
         self.stats_step = int(state["stats_step"])
         self.env_steps = self._steps_seen = int(state["env_steps"])
+        self._next_eval = int(state.get("next_eval", 0))
