@@ -93,3 +93,43 @@ def test_their_flags_and_help_come_from_them(registered, capsys):
     text = capsys.readouterr().out
     assert "--target" in text and "the value the model's output should reach" in text
     assert "sign_sgd" in text and "full_rank_toy" in text and "counting" in text
+
+
+@dataclass(frozen=True)
+class PickOptions:
+    model: str = option("small", "which of this task's own models", choices=("small", "large"))
+
+
+class PickTask(ConstTask):
+    """A second task with a --model of its own: its own choices and help, not the lm task's."""
+
+    name = "pick"
+    Options = PickOptions
+
+    def fitness(self, model, lo, hi, step=0):
+        return -(model(torch.ones(hi - lo, 1)).view(-1) - 1.0) ** 2
+
+    def evaluate(self, model):
+        return {"error": float((model(torch.ones(1, 1)) - 1.0).abs())}
+
+
+def test_two_tasks_may_give_one_flag_name_different_meanings(monkeypatch, capsys):
+    monkeypatch.setitem(tasks.TASKS, "pick", PickTask)
+    assert main(["train", "pick", "--model", "large", "--steps", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 1
+    with pytest.raises(SystemExit):                                               # lm's model is not pick's
+        main(["train", "pick", "--model", "egg", "--steps", "1"])
+    assert "invalid choice: 'egg'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "lm", "--model", "large"])
+    assert "invalid choice: 'large'" in capsys.readouterr().err
+
+
+def test_a_mistyped_flag_gets_one_line_and_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "xor", "--stpes", "3"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "did you mean --steps?" in err and "usage:" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["train", "rl", "--eval-episodes", "0"]) == 2
+    assert "error: --eval-episodes must be an integer >= 1, got 0" in capsys.readouterr().err

@@ -18,18 +18,18 @@ def error_lines(err):
 
 
 @pytest.mark.parametrize("argv,says", [
-    (["--lr", "inf"], "lr must be a finite number > 0, got inf"),
-    (["--lr", "nan"], "lr must be a finite number > 0, got nan"),
-    (["--momentum", "2"], "momentum must be in [0, 1), got 2.0"),
-    (["--momentum", "-0.5"], "momentum must be in [0, 1), got -0.5"),
-    (["--weight-decay", "inf"], "weight_decay must be a finite number >= 0, got inf"),
-    (["--weight-decay", "nan"], "weight_decay must be a finite number >= 0, got nan"),
-    (["--noise-cache-mib", "inf"], "noise_cache_mib must be a finite number >= 0, got inf"),
-    (["--lr-decay", "0"], "lr_decay must be in (0, 1], got 0.0"),
-    (["--sigma-decay", "nan"], "sigma_decay must be in (0, 1], got nan"),
-    (["--time-budget", "inf"], "time_budget must be a finite number of seconds > 0, got inf"),
-    (["--hidden", "0"], "hidden must be an integer >= 1, got 0"),
-    (["--hidden", "-3"], "hidden must be an integer >= 1, got -3"),
+    (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
+    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["--momentum", "2"], "--momentum must be in [0, 1), got 2.0"),
+    (["--momentum", "-0.5"], "--momentum must be in [0, 1), got -0.5"),
+    (["--weight-decay", "inf"], "--weight-decay must be a finite number >= 0, got inf"),
+    (["--weight-decay", "nan"], "--weight-decay must be a finite number >= 0, got nan"),
+    (["--noise-cache-mib", "inf"], "--noise-cache-mib must be a finite number >= 0, got inf"),
+    (["--lr-decay", "0"], "--lr-decay must be in (0, 1], got 0.0"),
+    (["--sigma-decay", "nan"], "--sigma-decay must be in (0, 1], got nan"),
+    (["--time-budget", "inf"], "--time-budget must be a finite number of seconds > 0, got inf"),
+    (["--hidden", "0"], "--hidden must be an integer >= 1, got 0"),
+    (["--hidden", "-3"], "--hidden must be an integer >= 1, got -3"),
 ])
 def test_bad_settings_are_refused_where_parsed(argv, says, capsys):
     code, out, err = invoke(["train", "xor", "--steps", "1", *argv], capsys)
@@ -38,10 +38,10 @@ def test_bad_settings_are_refused_where_parsed(argv, says, capsys):
 
 
 @pytest.mark.parametrize("task,argv,says", [
-    ("digits", ["--batch", "0"], "batch must be an integer >= 1, got 0"),
-    ("digits", ["--holdout", "nan"], "holdout must be in (0, 1), got nan"),
-    ("predict2", ["--batch", "0"], "batch must be an integer >= 1, got 0"),
-    ("poly", ["--points", "1"], "points must be an integer >= 2, got 1"),
+    ("digits", ["--batch", "0"], "--batch must be an integer >= 1, got 0"),
+    ("digits", ["--holdout", "nan"], "--holdout must be in (0, 1), got nan"),
+    ("predict2", ["--batch", "0"], "--batch must be an integer >= 1, got 0"),
+    ("poly", ["--points", "1"], "--points must be an integer >= 2, got 1"),
 ])
 def test_bad_task_options_are_refused_where_parsed(task, argv, says, capsys):
     code, _, err = invoke(["train", task, "--steps", "1", *argv], capsys)
@@ -173,7 +173,8 @@ def test_every_flag_of_every_command_has_help():
 
 def test_a_misspelt_flag_is_reported_by_the_command_it_follows(capsys):
     code, _, err = invoke(["train", "xor", "--stpes", "3"], capsys)
-    assert code == 2 and "hyperscalees train xor: error: unrecognized arguments: --stpes 3" in err
+    assert code == 2 and "hyperscalees train xor: error: unrecognized arguments --stpes 3; did you mean --steps?" in err
+    assert "usage:" not in err  # one line, not a page of usage first
 
 
 def test_resume_of_a_run_killed_before_its_first_checkpoint_says_what_to_do(tmp_path, capsys):

@@ -78,7 +78,7 @@ def test_more_threads_than_cores_warns():
 def test_arch_defaults_are_train_lms_and_count_from_shapes(model, capsys):
     import json
     import math
-    from hyperscalees.models.lm import build_lm
+    from hyperscalees.models.registry import build_lm
     from hyperscalees.tasks.lm.task import LMOptions, lm_sizes
     o = LMOptions()
     built = build_lm(model, 256, **lm_sizes(model, o.hidden, o.layers, o.window, o.heads))

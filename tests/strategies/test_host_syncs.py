@@ -145,7 +145,7 @@ def test_the_counter_sees_syncs_on_worker_threads():
 def test_integer_lm_forward_moves_nothing_between_host_and_device(name):
     """Lookup tables (exp, GELU, RoPE) are built once per device, not in every forward; the logit
     scale is a Python float. (Perturbed, lowrank_term reads two maxima on a CPU only: ops/int8.py.)"""
-    from hyperscalees.models.lm import build_lm
+    from hyperscalees.models.registry import build_lm
     torch.manual_seed(0)
     m = build_lm(name, 256, dim=16, layers=1)
     tok = torch.randint(0, 256, (2, 5))

@@ -105,6 +105,15 @@ def collect(args: argparse.Namespace, part: str) -> dict:
     return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix)}
 
 
+def name_flags(message: str, fields_to_flags: dict[str, str]) -> str:
+    """A config error as the user typed it: a message opening with a dataclass field
+    (``eval_episodes must be ...``) opens with its flag instead (``--eval-episodes must be ...``)."""
+    head = message.split(" ", 1)[0]
+    if head in fields_to_flags:
+        return fields_to_flags[head] + message[len(head):]
+    return message
+
+
 def fail(prog: str, message: str) -> int:
     """Report a user error the argparse way (no traceback) and return exit code 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)

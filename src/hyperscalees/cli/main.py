@@ -6,6 +6,7 @@ A subcommand module adds its parser in ``register`` and sets ``func=run`` where
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import signal
@@ -48,8 +49,23 @@ class _Broken:
         return 1
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with errors on one line: the message and where to look, not a page of usage first
+    (every sub-command's parser is one of these: add_subparsers makes its parsers of its own class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
+def did_you_mean(parser: argparse.ArgumentParser, flag: str) -> str:
+    """'; did you mean --steps?' for a mistyped flag, or '' when nothing is close."""
+    name = flag.split("=", 1)[0]
+    close = difflib.get_close_matches(name, [o for o in parser._option_string_actions if o.startswith("--")], n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hyperscalees",
+    parser = Parser(prog="hyperscalees",
                                      description="Evolution strategies at the hyperscale (EGGROLL) in PyTorch.")
     parser.add_argument("--version", action="version", version=f"hyperscalees {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -70,7 +86,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
             if sub is None or getattr(args, sub.dest, None) not in sub.choices:
                 break
             owner = sub.choices[getattr(args, sub.dest)]
-        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+        owner.error(f"unrecognized argument{'s' if len(extra) > 1 else ''} {' '.join(extra)}"
+                    f"{did_you_mean(owner, extra[0]) if extra[0].startswith('--') else ''}")
     return args
 
 

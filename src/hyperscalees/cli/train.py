@@ -19,8 +19,6 @@ import torch
 from ..distributed import BACKENDS, backend_factory
 from ..distributed.ray_checks import check_ray_settings
 from ..engine import STRATEGIES, EngineConfig, TrainConfig, has_checkpoint, make_config, run as run_engine, saved_config
-from ..models import ACTIVATIONS
-from ..models.registry import LM_MODELS
 from ..noise.distributions import DISTRIBUTIONS, INT_SCALE
 from ..ops.precision import PRECISIONS
 from ..strategies.config import ESTIMATORS, ESConfig
@@ -29,8 +27,8 @@ from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
 from ..engine.backprop import run_backprop
 from ..tasks import TASKS, get_task
-from ..tasks.rl.task import STARTS
-from .base import StoreExplicit, add_dataclass_flags, collect, explicit, fail, json_line, os_error
+from .base import (StoreExplicit, add_dataclass_flags, collect, explicit, fail, flag_name, json_line, name_flags,
+                   os_error)
 
 TRAINERS = ("es", "backprop")
 BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
@@ -89,43 +87,7 @@ HELP = {
     "max_restarts": "new actors per worker slot after deaths before continuing with fewer workers",
     "dashboard": "start Ray's dashboard (local Ray only, on 127.0.0.1)",
     "temp_dir": "directory for a local Ray's session files (default: Ray's, /tmp/ray)",
-    # task options (shared names mean the same thing in every task)
-    "hidden": "width of the hidden layer(s); the model width D for lm", "activation": "nonlinearity between layers",
-    "batch": "examples every member scores per step", "holdout": "fraction of the data held out, in (0, 1)",
-    "points": "grid points on [-2, 2] the fitness is measured on (>= 2)",
-    "env": "gymnasium environment id (CartPole-v1 and Pendulum-v1 run batched; others as a sync vector env)",
-    "episodes": "episodes per member per step; their returns are averaged",
-    "layers": "hidden layers of the policy (rl), recurrent or transformer layers (lm)",
-    "max_steps": "cap on training episodes' length (0: the environment's limit)",
-    "eval_max_steps": "cap on evaluation episodes' length (0: the environment's limit, as returns are reported)",
-    "eval_episodes": "episodes of the unperturbed policy per evaluation (fixed starts)",
-    "eval_every_env_steps": "evaluate only at the first evaluation step at or past each multiple of this many "
-                            "training env steps, repeating the last numbers in between (0: every evaluation step)",
-    "starts": "who shares a step's episode starts: every member (step), only a pair's twins (pair), or auto "
-              "(the env's tuned choice: pair for Pendulum-v1, else step)",
-    "normalize": "leave observations unnormalised (by default: running mean/std shared by the population)",
-    "threads": "torch threads for rollouts and evaluations (1: small policies run fastest on one)",
-    # lm options
-    "model": "language model (egg, int8-transformer: integer weights; float-gru: the float reference)",
-    "heads": "attention heads of a transformer (0: the model's default)",
-    "window": "tokens per stream per update (T); recurrent state carries across windows",
-    "streams": "data streams every member reads per step (all members read the same ones)",
-    "data": "a file (read as bytes), a directory with d-eggs input.bin + decoding.bin, or '' for the "
-            "Python standard library's source (split by file)",
-    "val_fraction": "fraction held out for validation, in (0, 1)",
-    "test_fraction": "fraction held out for the test split, scored once at the end (test_bpb), in (0, 1)",
-    "max_bytes": "read at most this many bytes of data (0: all)",
-    "eval_tokens": "validation tokens scored per evaluation",
-    "eval_streams": "parallel validation streams",
-    "sample_every": "print a generated sample every K evaluations (0: never)",
-    "sample_tokens": "tokens per printed sample",
-    "temperature": "sampling temperature (> 0)", "min_p": "drop tokens below min_p x the top probability",
-    "presence_penalty": "nats subtracted from tokens already present",
-    "ntt": "extra causal transform features of the token window: none, wht (Walsh-Hadamard) or fermat "
-           "(number-theoretic transform mod 65537)",
 }
-OPTION_CHOICES = {"activation": tuple(ACTIVATIONS), "starts": STARTS, "model": tuple(sorted(LM_MODELS)),
-                  "ntt": ("none", "wht", "fermat")}
 METAVARS = {"checkpoint_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
             "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
             "steps": "N", "chunk": "N", "device": "DEVICE", "tensorboard": "DIR"}
@@ -138,7 +100,7 @@ def register(subparsers) -> None:
                              help="one of: " + ", ".join(TASKS))
     for name, cls in TASKS.items():
         tp = tasks.add_parser(name, help=(cls.__doc__ or "").strip().splitlines()[0],
-                              description=(cls.__doc__ or "").strip())
+                              description=(cls.__doc__ or "").strip(), epilog=cls.defaults_help() or None)
         add_task_flags(tp, cls)
         tp.set_defaults(func=run)
     p.set_defaults(func=run)
@@ -169,7 +131,7 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
             flags += add_dataclass_flags(dist, backend.Config, "backend", helps=HELP, skip=("startup_timeout",),
                                          metavars={"address": "auto|HOST:PORT", "temp_dir": "DIR"})
     opt = parser.add_argument_group(f"{task_cls.name} options")
-    for f in add_dataclass_flags(opt, task_cls.Options, "options", choices=OPTION_CHOICES, helps=HELP):
+    for f in add_dataclass_flags(opt, task_cls.Options, "options"):  # help and choices: the task's own fields
         assert f not in flags, f"task option {f} of {task_cls.name} collides with a core flag"
 
 
@@ -207,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
     except (ValueError, RuntimeError) as e:
-        return fail(prog, str(e))
+        return fail(prog, name_flags(str(e), field_flags(get_task(args.task))))
     except OSError as e:
         return fail(prog, os_error(e))
     try:
@@ -261,6 +223,13 @@ def refuse_inapplicable(args: argparse.Namespace, cfg: TrainConfig) -> None:
     if "es.optimizer" in typed and cfg.es.update_rule != "optimizer":
         raise ValueError(f"--optimizer {cfg.es.optimizer} does not apply: this run's update rule is "
                          f"{cfg.es.update_rule!r}, not a torch optimizer (add --update-rule optimizer to use one)")
+
+
+def field_flags(task_cls) -> dict[str, str]:
+    """Every config field ``train TASK`` has a flag for, and that flag."""
+    parts = [ESConfig, EngineConfig, task_cls.Options] + [b.Config for b in BACKENDS.values()
+                                                          if getattr(b, "Config", None) is not None]
+    return {f.name: flag_name(f.name) for cls in parts for f in fields(cls)}
 
 
 def backend_from_args(args: argparse.Namespace):

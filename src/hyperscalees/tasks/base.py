@@ -88,6 +88,12 @@ class AbstractTask:
         they replace ``defaults`` for settings the user did not give. None by default."""
         return {}
 
+    @classmethod
+    def defaults_help(cls) -> str:
+        """What ``train TASK --help`` adds after the flags: defaults that depend on an option (the
+        flag defaults shown above are the task's own); nothing by default."""
+        return ""
+
     # -- shared helpers ----------------------------------------------------------------
     def build_model(self) -> nn.Module:
         """The task's model, initialised from ``seed`` only (global RNG left untouched)."""

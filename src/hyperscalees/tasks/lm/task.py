@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from ...models.registry import LM_MODELS, build_lm
-from ..base import AbstractTask, check_options
+from ..base import AbstractTask, check_options, option
 from .data import Corpus, DataError, load_corpus
 from .metrics import baselines, token_bits
 from .sampling import check_sampling, generate
@@ -58,26 +58,31 @@ TASK_ES_DEFAULTS = {"egg": {"population": 128, "update_rule": "int_sgd", "shapin
 
 @dataclass(frozen=True)
 class LMOptions:
-    model: str = "egg"
+    model: str = option("egg", "language model (egg, int8-transformer: integer weights; float-gru: the float "
+                               "reference)", choices=lambda: tuple(sorted(LM_MODELS)))
     # sizes: a small egg that a CPU's ES budget can train (29k parameters); the earlier defaults
     # (hidden 64, layers 2, window 32, streams 2) stalled above the unigram level in 20 minutes
-    hidden: int = 32            # model width D
-    layers: int = 1
-    heads: int = 0              # attention heads of a transformer (0: the model's own default)
-    window: int = 16            # tokens per stream per update (T)
-    streams: int = 16           # data streams every member reads per step (M)
-    data: str = ""              # file (bytes), d-eggs token directory, or "" for the stdlib source
-    val_fraction: float = 0.05  # files (or the stream's end) for validation: evaluations during a run
-    test_fraction: float = 0.05  # and for test: scored once, at the end (data.py)
-    max_bytes: int = 4 << 20    # cap on the data read (0: no cap)
-    eval_tokens: int = 32768    # validation tokens scored per evaluation
-    eval_streams: int = 16
-    sample_every: int = 5       # print a generated sample every K evaluations (0: never)
-    sample_tokens: int = 160
-    temperature: float = 0.6
-    min_p: float = 0.08
-    presence_penalty: float = 0.2
-    ntt: str = "none"           # extra causal transform features of the token window (transformer only)
+    hidden: int = option(32, "the model width D")
+    layers: int = option(1, "recurrent or transformer layers")
+    heads: int = option(0, "attention heads of a transformer (0: the model's default)")
+    window: int = option(16, "tokens per stream per update (T); recurrent state carries across windows")
+    streams: int = option(16, "data streams every member reads per step (all members read the same ones)")
+    data: str = option("", "a file (read as bytes), a directory with d-eggs input.bin + decoding.bin, or '' for "
+                           "the Python standard library's source (split by file)")
+    val_fraction: float = option(0.05, "fraction held out for validation (evaluations during a run), in (0, 1)")
+    test_fraction: float = option(0.05, "fraction held out for the test split, scored once at the end "
+                                        "(test_bpb), in (0, 1)")
+    max_bytes: int = option(4 << 20, "read at most this many bytes of data (0: all)")
+    eval_tokens: int = option(32768, "validation tokens scored per evaluation")
+    eval_streams: int = option(16, "parallel validation streams")
+    sample_every: int = option(5, "print a generated sample every K evaluations (0: never)")
+    sample_tokens: int = option(160, "tokens per printed sample")
+    temperature: float = option(0.6, "sampling temperature (> 0)")
+    min_p: float = option(0.08, "drop tokens below min_p x the top probability")
+    presence_penalty: float = option(0.2, "nats subtracted from tokens already present")
+    ntt: str = option("none", "extra causal transform features of the token window (transformer only): none, "
+                              "wht (Walsh-Hadamard) or fermat (number-theoretic transform mod 65537)",
+                      choices=NTT_CHOICES)
 
     def __post_init__(self):
         check_options(self, positive=("hidden", "layers", "window", "streams", "eval_tokens", "eval_streams",
@@ -189,6 +194,17 @@ class LMTask(AbstractTask):
         """The model's parameter groups (e.g. a larger σ for an integer model's vectors)."""
         groups = model.es_groups() if hasattr(model, "es_groups") else []
         return {"groups": groups} if groups else {}
+
+    @classmethod
+    def defaults_help(cls) -> str:
+        rows = []
+        for name in sorted(LM_MODELS):
+            chosen = cls.model_es_defaults({"model": name})
+            if chosen:
+                rows.append(f"{name}: " + ", ".join(f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float)
+                                                    else f"--{k.replace('_', '-')} {v}" for k, v in chosen.items()))
+        return ("Each model brings its own ES defaults, used for the flags you do not give (they replace the "
+                "defaults shown above): " + "; ".join(rows) + ".") if rows else ""
 
     @classmethod
     def model_es_defaults(cls, options: dict) -> dict:

@@ -27,7 +27,8 @@ from torch import Tensor, nn
 
 from ...models.policy import Policy
 from ...noise.keys import fold_in, pair_keys
-from ..base import AbstractTask, check_options
+from ...models.mlp import ACTIVATIONS
+from ..base import ACTIVATION_HELP, AbstractTask, check_options, option
 from .envs import check_env_id, make_env
 from .evaluate import EVAL_STREAM, evaluate_policy, evaluation_keys
 from .normalize import RunningStats
@@ -47,20 +48,26 @@ ENV_STARTS = {"Pendulum-v1": "pair"}   # starts="auto": this, else "step"
 
 @dataclass(frozen=True)
 class RLOptions:
-    env: str = "CartPole-v1"
-    episodes: int = 1           # episodes per member per step (their returns are averaged)
-    hidden: int = 32
-    layers: int = 2
-    activation: str = "tanh"
-    max_steps: int = 0          # cap on training episodes' length; 0: the environment's own limit
-    eval_episodes: int = 100
-    eval_max_steps: int = 0     # cap on evaluation episodes' length; 0: the environment's own limit
-    eval_every_env_steps: int = 0  # >0: evaluate only at the first call at or past each multiple of this
-                                   # many training env steps (bench rl's cadence, as PPO's); 0: every call
-    normalize: bool = True      # running observation normalisation
-    starts: str = "auto"        # who shares episode starts: "step" (every member), "pair" (a pair's twins),
-                                # "auto": the env's tuned choice (ENV_STARTS), else "step"
-    threads: int = 1
+    env: str = option("CartPole-v1", "gymnasium environment id, or module:Id to import a custom one first "
+                      "(CartPole-v1 and Pendulum-v1 run batched; others as a sync vector env)")
+    episodes: int = option(1, "episodes per member per step; their returns are averaged")
+    hidden: int = option(32, "width of the policy's hidden layers")
+    layers: int = option(2, "hidden layers of the policy")
+    activation: str = option("tanh", ACTIVATION_HELP, choices=tuple(ACTIVATIONS))
+    max_steps: int = option(0, "cap on training episodes' length (0: the environment's limit)")
+    eval_episodes: int = option(100, "episodes of the unperturbed policy per evaluation (fixed starts)")
+    eval_max_steps: int = option(0, "cap on evaluation episodes' length (0: the environment's limit, as returns "
+                                    "are reported)")
+    # bench rl's cadence, as PPO's: evaluate only at the first call at or past each multiple
+    eval_every_env_steps: int = option(0, "evaluate only at the first evaluation step at or past each multiple of "
+                                          "this many training env steps, repeating the last numbers in between "
+                                          "(0: every evaluation step)")
+    normalize: bool = option(True, "leave observations unnormalised (by default: running mean/std shared by the "
+                                   "population)")
+    starts: str = option("auto", "who shares a step's episode starts: every member (step), only a pair's twins "
+                                 "(pair), or auto (the env's tuned choice: pair for Pendulum-v1, else step)",
+                         choices=STARTS)
+    threads: int = option(1, "torch threads for rollouts and evaluations (1: small policies run fastest on one)")
 
     def __post_init__(self):
         check_options(self, positive=("episodes", "hidden", "layers", "eval_episodes", "threads"),
