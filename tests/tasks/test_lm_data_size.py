@@ -12,7 +12,7 @@ def test_a_file_longer_than_max_bytes_reads_only_its_start_and_says_so(tmp_path)
     path = tmp_path / "big.bin"
     path.write_bytes(np.random.default_rng(0).integers(0, 256, 5_800_000, dtype=np.uint8).tobytes())
     corpus = load_corpus(str(path), 0.05, max_bytes=4 << 20)
-    assert corpus.train.numel() + corpus.val.numel() == 4 << 20
+    assert corpus.train.numel() + corpus.val.numel() + corpus.test.numel() == 4 << 20
     assert "first 4,194,304 of 5,800,000 bytes" in corpus.info["note"] and "--max-bytes 0" in corpus.info["note"]
     assert "note" not in load_corpus(str(path), 0.05, max_bytes=0).info
 
@@ -31,4 +31,4 @@ def test_a_device_is_read_only_with_a_cap():
     with pytest.raises(DataError, match="not a regular file.*--max-bytes"):
         load_corpus("/dev/urandom", 0.05, max_bytes=0)
     corpus = load_corpus("/dev/urandom", 0.05, max_bytes=10_000)
-    assert corpus.train.numel() + corpus.val.numel() == 10_000
+    assert corpus.train.numel() + corpus.val.numel() + corpus.test.numel() == 10_000

@@ -186,7 +186,7 @@ def test_test_split_is_scored_once_at_the_end_over_all_of_it(tmp_path, monkeypat
     monkeypatch.setattr(LMTask, "final_evaluate", lambda self, m: calls.append(self.corpus.test.numel()) or real(self, m))
     out = tmp_path / "run"
     s = run(make_config("lm", es={"population": 4}, engine={"steps": 3, "eval_every": 1, "out": str(out)},
-                        options=SMALL), LocalBackend())
+                        options=SMALL), LocalBackend)
     m = s["metrics"]
     assert len(calls) == 1                                          # not at every evaluation
     task = get_task("lm")(seed=0, options=SMALL)
