@@ -86,6 +86,18 @@ def test_cli_ray_run_is_bit_identical_to_the_local_run(ray_cluster, tmp_path, ca
 
 def ray_listeners() -> list[tuple[str, str]]:
     """(local address, process) of every TCP listener owned by this process's descendants."""
+    return [(local, proc) for _, local, _, proc in ray_sockets("-ltnpH")]
+
+
+def ray_connections() -> list[tuple[str, str, str]]:
+    """(local address, peer address, process) of every established TCP connection of this process's
+    descendants (Ray's GCS, raylet and workers talking to each other)."""
+    return [(local, peer, proc) for state, local, peer, proc in ray_sockets("-tnpH") if state == "ESTAB"]
+
+
+def ray_sockets(*ss_args: str) -> list[tuple[str, ...]]:
+    """(state, local address, peer address, process) of the sockets ``ss`` lists that this process's
+    descendants own."""
     children: dict[int, list[int]] = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
@@ -99,13 +111,13 @@ def ray_listeners() -> list[tuple[str, str]]:
         p = todo.pop()
         mine.add(p)
         todo += children.get(p, [])
-    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["ss", *ss_args], capture_output=True, text=True, check=True).stdout
     found = []
     for line in out.splitlines():
         cols = line.split()
         pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
         if pids & (mine - {os.getpid()}):
-            found.append((cols[3], " ".join(re.findall(r'"([^"]+)"', line))))
+            found.append((cols[0], cols[3], cols[4], " ".join(re.findall(r'"([^"]+)"', line))))
     return found
 
 
@@ -119,11 +131,11 @@ class ListenersAtClose(RayBackend):
     """Records what Ray's processes listen on while the workers are still up (the engine closes
     the backend when the run ends)."""
 
-    listeners = None
+    listeners = connections = None
 
     def close(self):
         if self.started and shutil.which("ss"):
-            self.listeners = ray_listeners()
+            self.listeners, self.connections = ray_listeners(), ray_connections()
         super().close()
 
 
@@ -161,6 +173,10 @@ def test_dead_slow_corrupt_and_drifting_workers_are_survived_exactly(ray_cluster
     assert len(listeners) >= 3, listeners                       # gcs_server, raylet, workers...
     outside = [(addr, proc) for addr, proc in listeners if not is_loopback(addr)]
     assert not outside, f"Ray listens outside loopback: {outside}"
+    # what connects, not only what listens: Ray may rewrite 127.0.0.1 to the machine's own address
+    assert backend.connections, "no established connection seen between Ray's processes"
+    leaving = [c for c in backend.connections if not (is_loopback(c[0]) and is_loopback(c[1]))]
+    assert not leaving, f"Ray connects outside loopback: {leaving}"
 
 
 def test_sigkill_of_the_coordinator_then_resume_equals_an_uninterrupted_run(ray_cluster, tmp_path, capsys, no_plot):
