@@ -39,13 +39,33 @@ def commit_of(src: str) -> str:
     return out.stdout.strip() or "unknown"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def two_trees(description: str, repeats: str, default: int) -> argparse.Namespace:
+    """The command line every before/after script takes: two source trees, a repeat count, --out."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("before")
     p.add_argument("after")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(f"--{repeats}", type=int, default=default)
     p.add_argument("--out")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def record(load0, **fields) -> dict:
+    """What every saved before/after result starts with: command, date, machine, load at start and end."""
+    return {"command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.node()} {os.cpu_count()} cores", "load": [load0, os.getloadavg()], **fields}
+
+
+def save(result: dict, out: str | None) -> None:
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+
+
+def main() -> None:
+    a = two_trees(__doc__.splitlines()[0], "rounds", 3)
     load0 = os.getloadavg()
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     samples = {(c, side): [] for c in CONFIGS for side in ("before", "after")}
@@ -67,16 +87,8 @@ def main() -> None:
             row[f"{side}_es_over_inference"] = round(inf / es, 3)
         row["after_over_before_step_time"] = round(row["before_es_tok_s"] / row["after_es_tok_s"], 3)
         rows.append(row)
-    result = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": f"{platform.node()} {os.cpu_count()} cores", "threads": env["OMP_NUM_THREADS"],
-              "load": [load0, os.getloadavg()], "before_commit": commit_of(a.before), "after_commit": commit_of(a.after),
-              "rows": rows}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    save(record(load0, threads=env["OMP_NUM_THREADS"], before_commit=commit_of(a.before),
+                after_commit=commit_of(a.after), rows=rows), a.out)
 
 
 if __name__ == "__main__":
