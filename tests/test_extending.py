@@ -133,3 +133,12 @@ def test_a_mistyped_flag_gets_one_line_and_a_suggestion(capsys):
     assert len(err.strip().splitlines()) == 1
     assert main(["train", "rl", "--eval-episodes", "0"]) == 2
     assert "error: --eval-episodes must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_rank_above_every_matrix_is_noted(capsys):
+    """xor's matrices are 16x2 and 1x16: rank 8 can only cost time (issue 19's rough edges)."""
+    assert main(["train", "xor", "--rank", "8", "--steps", "1", "--json"]) == 0
+    assert "note: --rank 8 is above min(out, in) of every matrix this model perturbs (at most 2)" \
+        in capsys.readouterr().err
+    assert main(["train", "xor", "--rank", "2", "--steps", "1", "--json"]) == 0
+    assert "--rank" not in capsys.readouterr().err

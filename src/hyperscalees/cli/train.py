@@ -199,8 +199,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, cfg: TrainConfig, backend, notes: list[str]) -> dict:
-    def say_notes():  # once the run is built: not before an error that would make them moot
-        for note in notes:
+    def say_notes(more: list[str] = ()):  # once the run is built: not before an error that would make them moot
+        for note in [*notes, *more]:
             print(f"note: {note}", file=sys.stderr)
 
     if getattr(args, "run.trainer", "es") == "backprop":

@@ -53,7 +53,7 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     return task, model, es
 
 
-def run(cfg: TrainConfig, backend: Callable | None = None, on_start: Callable[[], None] | None = None) -> dict:
+def run(cfg: TrainConfig, backend: Callable | None = None, on_start: Callable[[list[str]], None] | None = None) -> dict:
     """Train ``cfg.engine.steps`` steps in total (or until the time budget or a signal); return a summary.
 
     ``backend``: ``recipe -> backend`` (a backend class, or ``distributed.backend_factory``'s
@@ -61,7 +61,7 @@ def run(cfg: TrainConfig, backend: Callable | None = None, on_start: Callable[[]
     each step's population into fitness, applies the update wherever replicas live, and is
     closed when the run ends; its ``report()`` lands in ``summary["backend"]``.
     ``summary["signal"]`` names the SIGINT/SIGTERM that ended the run early (None otherwise);
-    the run was still checkpointed if it has a run directory. ``on_start()`` is called once the
+    the run was still checkpointed if it has a run directory. ``on_start(notes)`` is called once the
     run is built and about to take its first step (the CLI prints its notes then, not before an
     error that would make them moot).
     """
@@ -100,7 +100,7 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
         board = stack.enter_context(TensorBoardSink(eng.tensorboard)) if eng.tensorboard else None
         if on_start is not None:
-            on_start()
+            on_start(rank_notes(es))
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
         metrics, evaluated_at, stopped = {}, None, "steps"
         saved_at = time.perf_counter()  # a long run loses at most checkpoint_minutes to a kill
@@ -144,6 +144,17 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
         if backend.report():
             summary["backend"] = backend.report()
     return summary
+
+
+def rank_notes(es) -> list[str]:
+    """A remark when ``rank`` exceeds min(out, in) of every low-rank parameter: their perturbations
+    cannot have more than that rank, so the extra factors cost time and add no direction."""
+    strategy, rank = es.strategy, es.config.rank
+    mats = {n: min(strategy.params[n].shape) for n in strategy.lowrank if strategy.params[n].dim() == 2}
+    if not mats or rank <= max(mats.values()):
+        return []
+    return [f"--rank {rank} is above min(out, in) of every matrix this model perturbs (at most "
+            f"{max(mats.values())}): the perturbations have that rank at most, the extra factors only cost time"]
 
 
 def _say_stopping(signum: int, saving: bool) -> None:
