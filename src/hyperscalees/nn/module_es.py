@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Callable
 
+import torch
 from torch import Tensor, nn
 
 from ..noise.population import Population
@@ -85,6 +86,36 @@ class AbstractModuleES:
         with perturbation(self.model, self.store(), lo, hi, self.fallback_mib):
             yield self
 
+    @contextmanager
+    def materialized(self, member: int):
+        """Write member ``member``'s weights W + E_i into the model, exactly; W is restored on exit.
+
+        The dense twin of the batched forward: ``model(x)`` inside the block is what row group
+        ``member`` computes inside :meth:`perturbed` (the same maths, another arithmetic path).
+        It also exports a member (``save_pretrained`` inside the block). W + E_i is summed in
+        float64 and rounded once to the parameter's dtype; the restore is a copy of W, bit for bit.
+        """
+        store = self.store()
+        if isinstance(member, bool) or not isinstance(member, int) or not 0 <= member < store.pop.size:
+            raise ValueError(f"member must be an index in [0, {store.pop.size}), got {member!r}")
+        params = {name: p for _, _, name, p in owned_parameters(self.model)}
+        ints = [n for n in store.specs if not params[n].is_floating_point()]
+        if ints:
+            raise ValueError(f"materialized() writes float noise; {ints[0]} is {params[ints[0]].dtype} "
+                             "(integer models: evaluate the member through perturbed(), one member wide)")
+        saved = {}
+        try:
+            with torch.no_grad():
+                for name in store.specs:
+                    p = params[name]
+                    saved[name] = p.detach().clone()
+                    p.copy_((p.double() + member_delta(store, name, member)).to(p.dtype))
+            yield self.model
+        finally:
+            with torch.no_grad():
+                for name, w in saved.items():
+                    params[name].copy_(w)
+
     def shape(self, fitness, weights=None) -> Tensor:
         """Raw fitness (population,) or (population, G) -> shaped (population,), for :meth:`update`."""
         return self.strategy.shape(self.ask(), fitness, weights)
@@ -111,6 +142,16 @@ class AbstractModuleES:
     def load_state_dict(self, sd: dict) -> None:
         self.model.load_state_dict(sd["model"])
         self.strategy.load_state_dict(sd["strategy"])
+
+
+def member_delta(store: NoiseStore, name: str, member: int) -> Tensor:
+    """Member ``member``'s perturbation of ``name`` in the parameter's stored shape, in float64:
+    s·(σ/√r)·A Bᵀ for a low-rank parameter, s·σ·ε for a full-rank one."""
+    pair = 2 * (member // 2)
+    n = store.noise(name, pair, pair + 2)
+    sign = n.signs[0, member % 2].double()
+    unit = n.a[0].double() @ n.b[0].double().T if n.lowrank else n.eps[0].double()
+    return sign * n.scale * unit
 
 
 def member_range(members, population: int) -> tuple[int, int]:

@@ -42,6 +42,9 @@ class ESConfig:
     # pair keeps tying, and back to 1x after a step that does not. 1: off. Other values read one
     # bool from the device per step (a host sync), so it is off unless asked for.
     tie_sigma_growth: float = 1.0
+    # bf16/fp16 parameters are stepped through fp32 master copies (the rule's state, checkpointed);
+    # False adds each step to the rounded weights instead, and metrics["update_landed"] shows the loss.
+    fp32_masters: bool = True
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)

@@ -17,6 +17,8 @@ import torch
 
 INT_KEYS = frozenset({"step", "nonfinite"})
 _warned_nonfinite = False
+# Reading metrics["update_landed"] below this warns: most of the step rounded away in a bf16/fp16 model.
+LANDED_WARNING = 0.5
 
 
 def _to_python(key: str, value: Any):
@@ -36,11 +38,19 @@ def warn_nonfinite(count: int) -> None:
         _warned_nonfinite = True
 
 
+def warn_landed(fraction: float) -> None:
+    """Each read below LANDED_WARNING: the model's dtype kept too little of the update."""
+    if fraction < LANDED_WARNING:
+        warnings.warn(f"only {fraction:.0%} of the update landed in the model's dtype (metrics['update_landed']); "
+                      "keep fp32 masters (ESConfig.fp32_masters=True) or load the model in float32", RuntimeWarning)
+
+
 class StepMetrics(Mapping):
     """``{"step": …, "grad_norm": …, "fitness_mean": …}``: values become Python numbers on read.
 
     Reading ``nonfinite`` when it is non-zero issues the once-per-process warning that the
-    step itself no longer checks for (that check was a host synchronisation).
+    step itself no longer checks for (that check was a host synchronisation); reading
+    ``update_landed`` below ``LANDED_WARNING`` warns that a low-precision model lost its update.
     """
 
     def __init__(self, values: Mapping[str, Any]):
@@ -52,6 +62,8 @@ class StepMetrics(Mapping):
             self._read[key] = _to_python(key, self._raw[key])
             if key == "nonfinite":
                 warn_nonfinite(self._read[key])
+            elif key == "update_landed":
+                warn_landed(self._read[key])
         return self._read[key]
 
     def __iter__(self) -> Iterator[str]:

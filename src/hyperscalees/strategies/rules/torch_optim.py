@@ -1,7 +1,11 @@
 """The default update rule: a stock ``torch.optim`` optimizer steps ``-ĝ`` written into ``.grad``.
 
 Adam, weight decay, Muon and any torch optimizer then come for free. Parameters in bf16 or
-fp16 are stepped through fp32 master copies, so tiny ES steps do not vanish in rounding.
+fp16 are stepped through fp32 master copies, so tiny ES steps do not vanish in rounding
+(``ESConfig.fp32_masters``; turning it off re-reads each step's start from the rounded weights,
+the way an update added straight to bf16 weights behaves). For such parameters each step reports
+``update_landed``: the share of the intended step that reached the model's dtype,
+⟨Δ_model, Δ_intended⟩ / ‖Δ_intended‖² over all of them (1: all of it; ≈ 0: it rounded away).
 Each :class:`ParamGroup` becomes one torch param group (its lr and weight decay).
 """
 from __future__ import annotations
@@ -17,6 +21,13 @@ from .base import AbstractUpdateRule
 from .optimizers import OPTIMIZERS
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def landed_fraction(intended: list[Tensor], realised: list[Tensor]) -> Tensor:
+    """⟨realised, intended⟩ / ‖intended‖² summed over tensors (a device scalar; 1 when nothing moved)."""
+    dot = sum((r.double() * i.double()).sum() for r, i in zip(realised, intended))
+    norm = sum(i.double().square().sum() for i in intended)
+    return torch.where(norm > 0, dot / norm.clamp_min(1e-300), torch.ones_like(norm)).float()
 
 
 class OptimizerGroup:
@@ -74,6 +85,9 @@ class OptimizerRule(AbstractUpdateRule):
         self.optimizer = (OptimizerGroup([optimizer_factory(torch_groups)]) if optimizer_factory
                           else build_optimizer(torch_groups, config.optimizer, config.momentum))
         self._base_lrs = [g["lr"] for g in self.optimizer.param_groups]
+        self.keep_masters = bool(getattr(config, "fp32_masters", True))
+        self.low = [n for n, m in self.masters.items() if m is not self.params[n]]
+        self._landed = None
 
     def _set_lr(self, factor: float) -> None:
         for g, base in zip(self.optimizer.param_groups, self._base_lrs):
@@ -81,6 +95,11 @@ class OptimizerRule(AbstractUpdateRule):
 
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
         self._set_lr(lr_factor)
+        with torch.no_grad():
+            if not self.keep_masters:  # the step starts from the rounded weights: what rounded away is lost
+                for n in self.low:
+                    self.masters[n].copy_(self.params[n])
+            before = [self.masters[n].clone() for n in self.low]
         for n in list(estimates):
             # the estimate is a fresh tensor: negate it in place and hand it over, no copy
             g = estimates.pop(n).neg_()
@@ -88,9 +107,14 @@ class OptimizerRule(AbstractUpdateRule):
         self.optimizer.step()
         self.optimizer.zero_grad()  # set_to_none: the estimates are freed before the next forward
         with torch.no_grad():
-            for n, m in self.masters.items():
-                if m is not self.params[n]:
-                    self.params[n].copy_(m)
+            old = [self.params[n].float() for n in self.low]
+            for n in self.low:
+                self.params[n].copy_(self.masters[n])
+            self._landed = landed_fraction([self.masters[n] - b for n, b in zip(self.low, before)],
+                                           [self.params[n].float() - o for n, o in zip(self.low, old)])
+
+    def metrics(self) -> dict:
+        return {} if self._landed is None else {"update_landed": self._landed}
 
     def lrs(self, lr_factor: float) -> list[float]:
         return [base * lr_factor for base in self._base_lrs]
