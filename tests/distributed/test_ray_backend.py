@@ -239,3 +239,33 @@ def test_readme_own_loop_on_ray_is_bit_identical_to_local(ray_cluster):
     start = scope["recipe"]()[0].model.state_dict()
     assert any(not torch.equal(start[k], local[k]) for k in local), "10 steps moved nothing"
     assert scope["steps"] == 10
+
+
+def test_llm_population_generation_on_ray_workers_equals_the_local_run(ray_cluster, tmp_path):
+    """Each worker loads its replica of a tiny Llama, generates its chunk of members' answers and
+    returns their scores (P, G); the weights after two steps equal the in-process run's."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
+    from tiny import save
+    from llm_recipe import LLMRecipe, by_value
+    by_value()
+    recipe = LLMRecipe(str(save("llama", tmp_path / "llama")))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each Ray worker (num_cpus=1)
+    try:
+        with LocalBackend(recipe, chunk=4) as local:
+            for _ in range(2):
+                local.step()
+            expected = {k: v.clone() for k, v in local.model.state_dict().items()}
+            start = recipe()[0].model.state_dict()
+    finally:
+        torch.set_num_threads(threads)
+    with RayBackend(recipe, workers=2, chunk=4) as remote:
+        for _ in range(2):
+            remote.step()
+        assert remote.last_fitness.shape == (8, 2)
+        got = remote.model.state_dict()
+        report = remote.report()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+    assert any(not torch.equal(start[k], expected[k]) for k in expected)
+    assert report["workers"] == 2

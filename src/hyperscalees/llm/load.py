@@ -81,8 +81,9 @@ def load_causal_lm(path, *, dtype=None, device="cpu", gguf_file: str | None = No
     dtype = resolve_dtype(dtype)
     common = dict(local_files_only=True, trust_remote_code=False)  # never run code found in a folder
     if gguf_file:
-        if importlib.util.find_spec("gguf") is None:
-            raise ImportError("a .gguf model needs the gguf package: pip install gguf (part of the llm extra)")
+        missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ImportError(f"a .gguf model needs {' and '.join(missing)}: pip install 'hyperscalees[llm]'")
         common["gguf_file"] = gguf_file
     if model_type(folder) == "rwkv7":
         rwkv7_hf = _rwkv7()

@@ -2,10 +2,13 @@
 
 Adam, weight decay, Muon and any torch optimizer then come for free. Parameters in bf16 or
 fp16 are stepped through fp32 master copies, so tiny ES steps do not vanish in rounding
-(``ESConfig.fp32_masters``; turning it off re-reads each step's start from the rounded weights,
-the way an update added straight to bf16 weights behaves). For such parameters each step reports
-``update_landed``: the share of the intended step that reached the model's dtype,
-⟨Δ_model, Δ_intended⟩ / ‖Δ_intended‖² over all of them (1: all of it; ≈ 0: it rounded away).
+(``ESConfig.fp32_masters``; turning it off starts each step from the rounded weights, the way an
+update added straight to bf16 weights behaves). For such parameters each step reports
+``update_landed``: the share of the intended step kept by the state the next step starts from,
+⟨Δ_kept, Δ_intended⟩ / ‖Δ_intended‖² over all of them. With masters that state is fp32 and keeps
+the whole step (1 by construction; the bf16 model lags the masters by at most half a unit in the
+last place and never drifts); without them it is the rounded model, and the figure shows what
+rounding threw away (≈ 0 when the steps are below the dtype's resolution).
 Each :class:`ParamGroup` becomes one torch param group (its lr and weight decay).
 """
 from __future__ import annotations
@@ -99,7 +102,7 @@ class OptimizerRule(AbstractUpdateRule):
             if not self.keep_masters:  # the step starts from the rounded weights: what rounded away is lost
                 for n in self.low:
                     self.masters[n].copy_(self.params[n])
-            before = [self.masters[n].clone() for n in self.low]
+            before = [] if self.keep_masters else [self.masters[n].clone() for n in self.low]
         for n in list(estimates):
             # the estimate is a fresh tensor: negate it in place and hand it over, no copy
             g = estimates.pop(n).neg_()
@@ -107,11 +110,12 @@ class OptimizerRule(AbstractUpdateRule):
         self.optimizer.step()
         self.optimizer.zero_grad()  # set_to_none: the estimates are freed before the next forward
         with torch.no_grad():
-            old = [self.params[n].float() for n in self.low]
             for n in self.low:
                 self.params[n].copy_(self.masters[n])
-            self._landed = landed_fraction([self.masters[n] - b for n, b in zip(self.low, before)],
-                                           [self.params[n].float() - o for n, o in zip(self.low, old)])
+            if self.low:  # masters keep the whole step; without them, what the rounded weights kept
+                self._landed = (torch.ones((), device=self.params[self.low[0]].device) if self.keep_masters else
+                                landed_fraction([self.masters[n] - b for n, b in zip(self.low, before)],
+                                                [self.params[n].float() - b for n, b in zip(self.low, before)]))
 
     def metrics(self) -> dict:
         return {} if self._landed is None else {"update_landed": self._landed}
