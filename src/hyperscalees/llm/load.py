@@ -93,6 +93,11 @@ def load_causal_lm(path, *, dtype=None, device="cpu", gguf_file: str | None = No
     else:
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **common)
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **common)
+    if gguf_file:  # dequantised on load: plain float weights, saved like any other model
+        model.hf_quantizer = None
+        model.config.quantization_config = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
