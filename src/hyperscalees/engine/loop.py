@@ -244,6 +244,7 @@ def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stoppe
         paths = {"out": str(out), "checkpoint": str(files["pointer"]), "model": str(files["model"]),
                  "metrics_jsonl": str(out / JSONL_FILE), "metrics_csv": str(out / CSV_FILE),
                  "plot": str(plot) if plot else None}
+        paths.update(task.export(es.model, out))
     return {"task": cfg.task, "strategy": cfg.strategy, "steps": es.step, "target_steps": cfg.engine.steps,
             "stopped": stopped, "metric": task.metric, "metrics": metrics, "solved": task.solved(metrics),
             "device": str(cfg.engine.resolved_device), "wall_time": round(time.perf_counter() - t0, 3),

@@ -116,6 +116,11 @@ class AbstractTask:
         """Metrics scored once, at the end of a run (a held-out test split); none by default."""
         return {}
 
+    def export(self, model: nn.Module, directory) -> dict[str, str]:
+        """Write what users take away besides the checkpoint into the run directory ``directory``
+        at the end of a run (an LLM: a ``save_pretrained`` folder); {name: path}. Nothing by default."""
+        return {}
+
     def metric_names(self) -> tuple[str, ...]:
         """Keys :meth:`evaluate` returns, for fixed CSV columns."""
         return (self.metric,)
