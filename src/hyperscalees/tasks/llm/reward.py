@@ -21,7 +21,8 @@ plain ``python`` running ``_reward_worker.py``: no torch, no fork), started once
 :meth:`batch` sends many pairs in one message and the worker answers each as it finishes, so a
 fast reward costs tens of microseconds a call. A call past its timeout gets the worker killed
 and a new one started for the remaining pairs. A callable is sent to the worker by pickle, so it
-must be a module-level function (or any picklable callable); a lambda or closure needs
+must be a module-level function (or any picklable callable), and the worker imports its module
+and whatever that imports (a path to a small module starts fastest); a lambda or closure needs
 ``isolation="thread"``, where a hung call is abandoned (the thread cannot be killed and keeps
 running in the background) and the next pairs run in a new thread.
 
