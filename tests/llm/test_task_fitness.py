@@ -38,8 +38,10 @@ def direct(model, tok, prompt, completion, reduction="mean"):
     return float(total / len(ids_c) if reduction == "mean" else total)
 
 
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "rwkv7"])
 def test_loglik_equals_a_direct_computation(kind):
+    if kind == "rwkv7":
+        pytest.importorskip("rwkv7_hf")
     model, tok = build(kind), char_tokenizer()
     got = completion_loglik(model, tok, PROMPTS, COMPLETIONS)
     assert got.shape == (1, 3) and got.dtype == torch.float32

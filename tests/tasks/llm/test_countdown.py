@@ -79,8 +79,11 @@ def test_evaluate_gives_the_exact_value_and_the_reason():
         evaluate("-3 + 7", [3, 7])
     with pytest.raises(ExpressionError, match="not among the given numbers"):
         evaluate("2 * 2", [2])
-    with pytest.raises(ValueError, match="numbers must be integers"):
-        evaluate("1", [1.5])
+    for bad in ([1.5], [True], [-1], ["1"]):
+        with pytest.raises(ValueError, match="numbers must be integers"):
+            evaluate("1", bad)
+    np = pytest.importorskip("numpy")
+    assert verify(np.array([3, 7]), np.int64(10), "3 + 7")
     assert verify([3, 7], 10, None) is False and verify([3, 7], 10, b"3 + 7") is False
 
 

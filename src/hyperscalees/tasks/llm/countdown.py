@@ -36,6 +36,7 @@ split is disjoint from the training split by content (see ``base.split_of``).
 """
 from __future__ import annotations
 
+import operator
 import random
 from dataclasses import dataclass
 from fractions import Fraction
@@ -184,10 +185,14 @@ def verify(numbers: Sequence[int], target: int, expression: str) -> bool:
 
 
 def _check_numbers(numbers) -> list[int]:
-    numbers = list(numbers)
-    if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in numbers):
-        raise ValueError(f"numbers must be integers >= 0, got {numbers!r}")
-    return numbers
+    """The given numbers as Python ints (NumPy integers are fine); floats, bools and negatives are refused."""
+    try:
+        ints = [operator.index(x) for x in numbers if not isinstance(x, bool)]
+    except TypeError:
+        ints = []
+    if len(ints) != len(numbers) or any(x < 0 for x in ints):
+        raise ValueError(f"numbers must be integers >= 0, got {list(numbers)!r}")
+    return ints
 
 
 # -- problems ---------------------------------------------------------------------------------
