@@ -5,7 +5,9 @@ recipe protocol (``hyperscalees.distributed.recipe``): inside ``es.perturbed((lo
 generates the chunk's completions in one batched ``generate`` and returns their scores
 (hi - lo, P), one column per prompt, which the strategy's (P, G) shaping normalises per
 prompt (``group_fitness="per_group"``) or averages (``"mean"``). Prompts depend on the step
-only, never on which worker asks, so any chunking on any backend gives the same scores.
+only, never on which worker asks, so any chunking on any backend gives the same scores. A reward
+with a ``batch(prompts, completions) -> list[float]`` method (``tasks.llm.SafeReward``) is called
+once per chunk through it.
 """
 from __future__ import annotations
 
@@ -40,5 +42,7 @@ class RewardFitness:
         texts, _, _ = complete(model, self.tokenizer, prompts, self.sampling, repeats=hi - lo,
                                seed=_chunk_seed(self.sampling.seed, step, lo))
         self.last_texts = texts
-        scores = [float(self.reward(prompts[r % len(prompts)], t)) for r, t in enumerate(texts)]
+        rows = [prompts[r % len(prompts)] for r in range(len(texts))]
+        batch = getattr(self.reward, "batch", None)  # e.g. SafeReward: one message to its worker
+        scores = batch(rows, texts) if callable(batch) else [float(self.reward(p, t)) for p, t in zip(rows, texts)]
         return torch.tensor(scores, dtype=torch.float32).view(hi - lo, len(prompts))
