@@ -2,13 +2,14 @@
 from .base import AbstractTask, NoOptions, member_major
 from .digits import DigitsTask
 from .lm import LMTask
+from .llm.finetune import LLMTask
 from .poly import PolyTask
 from .predict2 import Predict2Task
 from .rl import RLTask
 from .xor import XorTask
 
 TASKS: dict[str, type[AbstractTask]] = {t.name: t for t in (XorTask, Predict2Task, PolyTask, DigitsTask, RLTask,
-                                                               LMTask)}
+                                                               LMTask, LLMTask)}
 
 
 def get_task(name: str) -> type[AbstractTask]:
@@ -18,5 +19,5 @@ def get_task(name: str) -> type[AbstractTask]:
     return TASKS[name]
 
 
-__all__ = ["AbstractTask", "DigitsTask", "LMTask", "NoOptions", "PolyTask", "Predict2Task", "RLTask", "TASKS", "XorTask",
+__all__ = ["AbstractTask", "DigitsTask", "LLMTask", "LMTask", "NoOptions", "PolyTask", "Predict2Task", "RLTask", "TASKS", "XorTask",
            "get_task", "member_major"]

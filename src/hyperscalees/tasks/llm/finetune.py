@@ -68,8 +68,7 @@ class LLMTask(AbstractTask):
     metric = "accuracy"
     goal = "max"
     target = None
-    defaults = {"population": 32, "sigma": 1e-3, "rank": 1, "lr": 1e-3, "optimizer": "adam", "steps": 100,
-                "group_fitness": "per_group"}
+    defaults = {"population": 32, "sigma": 1e-3, "rank": 1, "lr": 1e-3, "optimizer": "adam", "steps": 100}
     Options = LLMOptions
 
     def __init__(self, seed=0, device=None, options=None):
@@ -82,6 +81,10 @@ class LLMTask(AbstractTask):
         self.sampling = llm.Sampling(max_new_tokens=o.max_new_tokens, stop=(o.stop,) if o.stop else ())
         self.tokenizer = None
         self._tokens, self._since = 0, time.perf_counter()
+
+    @classmethod
+    def model_es_defaults(cls, options: dict) -> dict:
+        return {"group_fitness": "per_group"}  # scores normalised per prompt, then averaged per member
 
     # -- the model ---------------------------------------------------------------------
     def make_model(self) -> nn.Module:
