@@ -10,6 +10,9 @@ budget and takes ``--seeds``, ``--envs``, ``--budget`` and ``--plot``; ``--threa
 under the user cache, never in this environment, through ``bench/ppo_anchor.py``, so ``rl``
 works from a source checkout only.
 
+``llm-generate`` (needs the ``llm`` extra) sets population generation of a language model
+against plain batched generation of the same rows, and the update against an Adam step.
+
 The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
 source checkout only (``python bench/peers.py --help``).
@@ -24,7 +27,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "int8")
+BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "int8", "llm-generate")
+# CLI names that are not the module's name under hyperscalees.benchmarks (a module name has no hyphen).
+MODULES = {"llm-generate": "llm_generate"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
@@ -50,7 +55,8 @@ def add_flags(p) -> None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure ES cost against inference, population scaling, RL calls, "
-                              "a GPU step vs inference, ES vs PPO to an RL target", description=__doc__)
+                              "a GPU step vs inference, ES vs PPO to an RL target, LLM population generation",
+                      description=__doc__)
     moved = "; ".join(f"{k}: run `{v}` from a source checkout" for k, v in MOVED.items())
     p.add_argument("name", choices=BENCHMARKS + tuple(MOVED), metavar="NAME",
                    help=f"{' | '.join(BENCHMARKS)}; {moved}")
@@ -116,7 +122,7 @@ def run(args) -> int:
         return 2
     if args.name in CHILD_THREADS:
         own["threads"], args.threads = args.threads or 1, None
-    bench_run = importlib.import_module(f"hyperscalees.benchmarks.{args.name}").run
+    bench_run = importlib.import_module(f"hyperscalees.benchmarks.{MODULES.get(args.name, args.name)}").run
     from ..benchmarks.base import BenchSetupError
     try:
         return measure(functools.partial(bench_run, **own), args,

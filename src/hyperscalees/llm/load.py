@@ -82,8 +82,9 @@ def load_causal_lm(path, *, dtype=None, device="cpu", gguf_file: str | None = No
     common = dict(local_files_only=True, trust_remote_code=False)  # never run code found in a folder
     if gguf_file:
         missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
-        if missing:
-            raise ImportError(f"a .gguf model needs {' and '.join(missing)}: pip install 'hyperscalees[llm]'")
+        if missing:  # transformers' GGUF loader refuses to start without accelerate
+            raise ImportError(f"a .gguf model needs {' and '.join(missing)}: "
+                              f"pip install 'hyperscalees[llm]' (or: pip install {' '.join(missing)})")
         common["gguf_file"] = gguf_file
     if model_type(folder) == "rwkv7":
         rwkv7_hf = _rwkv7()
@@ -93,15 +94,20 @@ def load_causal_lm(path, *, dtype=None, device="cpu", gguf_file: str | None = No
     else:
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **common)
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **common)
-    if gguf_file:  # dequantised on load: plain float weights, saved like any other model
-        model.hf_quantizer = None
-        model.config.quantization_config = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        if gguf_file:
+            _drop_gguf_quantizer(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model.to(device).eval(), tokenizer
+
+
+def _drop_gguf_quantizer(model) -> None:
+    """A GGUF model comes back dequantized into ordinary float layers, but still flagged as quantized,
+    which makes ``save_pretrained`` refuse it; drop the flag once every weight is a plain float."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None and all(p.is_floating_point() for p in model.parameters()):
+        quantizer.remove_quantization_config(model)
 
 
 def _rwkv7_tokenizer(folder: Path, rwkv7_hf):

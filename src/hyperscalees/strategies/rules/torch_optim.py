@@ -109,6 +109,8 @@ class OptimizerRule(AbstractUpdateRule):
             self.masters[n].grad = g if g.dtype == self.masters[n].dtype else g.to(self.masters[n].dtype)
         self.optimizer.step()
         self.optimizer.zero_grad()  # set_to_none: the estimates are freed before the next forward
+        if not self.low:  # every parameter is its own master: nothing to copy, nothing can round away
+            return
         with torch.no_grad():
             for n in self.low:
                 self.params[n].copy_(self.masters[n])

@@ -1,0 +1,41 @@
+"""bench llm-generate runs at quick sizes and reports generation and update figures (never timings)."""
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from hyperscalees.benchmarks import llm_generate  # noqa: E402
+from hyperscalees.cli import bench  # noqa: E402
+
+
+def test_quick_reports_population_vs_plain_and_the_update(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(llm_generate, "cache_dir", lambda: tmp_path)  # never writes the user's cache
+    out = tmp_path / "llm_generate.txt"
+    assert bench.MODULES["llm-generate"] == "llm_generate"
+    from hyperscalees.cli.main import main
+    assert main(["bench", "llm-generate", "--quick", "--json", "--out", str(out)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    d = json.loads(line)
+    assert out.read_text().strip().splitlines()[-1] == line
+    assert d["bench"] == "llm-generate" and d["device"] == "cpu"
+    assert [r["model"] for r in d["rows"]] == ["llama", "gpt2"]
+    for r in d["rows"]:
+        assert set(r) == set(llm_generate.COLUMNS)
+        assert all(r[k] > 0 for k in ("plain_tok_s", "pop_tok_s", "tell_ms", "adam_ms", "first_tell_ms"))
+        assert r["pop_over_plain"] == pytest.approx(r["pop_tok_s"] / r["plain_tok_s"])
+        assert r["tell_over_adam"] == pytest.approx(r["tell_ms"] / r["adam_ms"])
+        assert 0 < r["tell_share"] < 1 and r["evolved"] > 0
+    for key in ("pop_over_plain_min", "tell_over_adam_max", "tell_share_max", "targets", "meets_targets",
+                "environment", "configurations"):
+        assert key in d
+    assert any("smollm2" in n for n in d["notes"])  # quick mode says it left SmolLM2 out
+
+
+def test_prompts_follow_the_chat_template_only_when_asked():
+    from hyperscalees.llm.shapes import tokenizer_for
+    tok = tokenizer_for(128)
+    assert llm_generate.prompts_for(tok, 3, chat=True) == list(llm_generate.PROMPTS[:3])  # no template: plain
+    tok.chat_template = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
+    assert llm_generate.prompts_for(tok, 2, chat=True) == [f"<{p}>" for p in llm_generate.PROMPTS[:2]]
+    assert llm_generate.prompts_for(tok, 2, chat=False) == list(llm_generate.PROMPTS[:2])
