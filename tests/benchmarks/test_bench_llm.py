@@ -97,7 +97,9 @@ def test_supervise_lowers_the_loss_on_the_completion():
     pairs = [("2+3=", "5"), ("4+4=", "8")]
     ids, mask, lab = _batch(tok, pairs, "cpu")
     assert (lab[0, :4] == -100).all() and lab[0, 4] == tok.convert_tokens_to_ids("5") and lab[0, 5] == tok.eos_token_id
-    loss = lambda: float(model(input_ids=ids, attention_mask=mask, labels=lab).loss)
+    def loss():
+        with torch.no_grad():
+            return model(input_ids=ids, attention_mask=mask, labels=lab).loss.item()
     before = loss()
     supervise(model, tok, lambda s: pairs, seconds=2.0, lr=1e-2, warmup=1)
     assert loss() < before

@@ -138,7 +138,7 @@ def run(a) -> dict:
     model.eval()
     after = held_out(task, model, tok, greedy, a.eval_prompts)
     generations = steps * a.prompts * a.generations
-    import transformers
+    transformers = sys.modules["transformers"]  # loaded by trl (only llm/*.py import it by name)
     return {"method": "grpo", "seed": a.seed, "model": a.model, "task": a.task, "task_options": a.task_options,
             "settings": {"prompts": a.prompts, "generations": a.generations, "max_new_tokens": a.max_new_tokens,
                          "eval_prompts": a.eval_prompts, "budget_s": a.budget, "threads": a.threads,
