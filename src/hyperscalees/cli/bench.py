@@ -12,6 +12,10 @@ works from a source checkout only.
 
 ``llm-generate`` (needs the ``llm`` extra) sets population generation of a language model
 against plain batched generation of the same rows, and the update against an Adam step.
+``llm`` fine-tunes one model folder (``--model``, or ``--warm-start-minutes M`` to build and
+warm-start a small Llama first) by ES (``train llm``) and by GRPO (TRL, the ``grpo`` extra) under
+the same wall-clock budget per seed, and reports held-out accuracy before and after; it takes
+``--seeds``, ``--budget``, ``--plot``, ``--runs-dir`` and ``--threads`` (default 1) like ``rl``.
 
 The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
@@ -27,17 +31,18 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "int8", "llm-generate")
+BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "int8", "llm-generate", "llm")
 # CLI names that are not the module's name under hyperscalees.benchmarks (a module name has no hyphen).
 MODULES = {"llm-generate": "llm_generate"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
-OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl"}),
-             "envs": frozenset({"rl"}), "budget": frozenset({"rl"}), "plot": frozenset({"rl"}),
-             "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl"}), "runs_dir": frozenset({"rl"})}
+OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm"}),
+             "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}), "plot": frozenset({"rl", "llm"}),
+             "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl"}), "runs_dir": frozenset({"rl", "llm"}),
+             "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
-CHILD_THREADS = frozenset({"rl"})
+CHILD_THREADS = frozenset({"rl", "llm"})
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
 # Benchmarks that live outside the installed package: name -> how to run them instead.
 MOVED = {"peers": "python bench/peers.py"}
@@ -66,19 +71,25 @@ def register(subparsers) -> None:
     p.add_argument("--repeats", type=_positive_int, default=None,
                    help="gpu only: timed repeats per configuration (default: 3 with --quick, else 10)")
     p.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="S",
-                   help="rl only: seeds to report (default: 100 ... 109; with --quick: 100); never a tuning seed")
+                   help="rl, llm: seeds to report (default: 100 ... 109; with --quick: 100); never a tuning seed")
     p.add_argument("--tuning-seeds", type=_seed, nargs="+", default=None, metavar="S",
                    help="rl only: the seeds the ES settings were tuned on, refused as --seeds (default: 0 1 2 3 4)")
     p.add_argument("--methods", nargs="+", default=None, choices=("es", "openes", "ppo"), metavar="M",
                    help="rl only: es (EGGROLL) | openes (full rank) | ppo (needs the PPO venv) (default: all three)")
     p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
-                   help="rl only: save every run's record (curve, times, status, load) as DIR/ENV_METHOD_seedS.json")
+                   help="rl, llm: save every run's record (curve, times, status, load) as DIR/ENV_METHOD_seedS.json")
     p.add_argument("--envs", nargs="+", default=None, choices=RL_ENVS, metavar="ENV",
                    help=f"rl only: {' | '.join(RL_ENVS)} (default: both; with --quick: CartPole-v1)")
     p.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
-                   help="rl only: wall-clock budget of every run, ES and PPO alike (default: 300; --quick: 60)")
+                   help="rl, llm: wall-clock budget of every run, ES and PPO/GRPO alike (default: 300; --quick: 60)")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
-                   help="rl only: draw eval return vs wall clock of every method and seed to this PNG (needs matplotlib)")
+                   help="rl, llm: draw eval return (rl) or train reward (llm) vs wall clock of every method and seed "
+                        "to this PNG (needs matplotlib)")
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="llm only: the local model folder ES and GRPO fine-tune")
+    p.add_argument("--warm-start-minutes", type=_positive_float, default=None, metavar="M",
+                   help="llm only: build a small Llama, train it by backprop on the task's solutions for M minutes, "
+                        "and fine-tune that (demonstration 1)")
     p.set_defaults(func=run)
 
 

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from ... import llm
 from ..base import AbstractTask, option
 from . import LLM_TASKS, SafeReward
+from .evaluate import held_out
 
 SHORTCUTS = {"smollm2": llm.smollm2_path}  # offline models known by name
 
@@ -118,15 +119,10 @@ class LLMTask(AbstractTask):
         return torch.tensor(self.score(prompts, texts), dtype=torch.float32).view(hi - lo, len(prompts))
 
     # -- held-out metrics -------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        prompts = self.problems.prompts("test", 0, self.options.eval_prompts)
-        texts, _, _ = llm.complete(model, self.tokenizer, prompts, self.sampling)
-        scores = [self.problems.score(p, t) for p, t in zip(prompts, texts)]
-        self.last_sample = {"prompt": prompts[0], "completion": texts[0]}
-        return {"accuracy": sum(s.correct for s in scores) / len(scores),
-                "formatted": sum(s.formatted for s in scores) / len(scores),
-                "reward": sum(s.reward for s in scores) / len(scores)}
+        self.last_sample = {}
+        return held_out(self.problems, model, self.tokenizer, self.sampling, self.options.eval_prompts,
+                        sample=self.last_sample)
 
     def metric_names(self):
         return ("accuracy", "formatted", "reward")

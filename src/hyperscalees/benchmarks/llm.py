@@ -1,0 +1,332 @@
+"""Question: at equal wall clock, does ES (``train llm``) raise held-out accuracy more than GRPO (TRL)?
+
+For every reported seed, one run per method, one after the other (never side by side; the order
+rotates with the seed), each in its own subprocess with the same intra-op thread count
+(``OMP_NUM_THREADS``, default 1) and the same training budget in seconds:
+
+- ``es``: ``hyperscalees train llm --model M --task T --seed S --time-budget B`` (EGGROLL, the
+  task's defaults: population 32, sigma 1e-3, lr 1e-3, Adam, rank 1, scores normalised per
+  prompt), evaluated at the end only (``--eval-every`` past the last step). Its clock starts at
+  the engine's start (after imports, with transformers imported first so its import is not
+  counted), so loading the model and building the strategy count against ES.
+- ``grpo``: ``python -m hyperscalees.benchmarks.grpo_run`` (TRL's ``GRPOTrainer``, TRL's
+  defaults but temperature 1, beta 0; needs the ``grpo`` extra): the same model folder, the same
+  train prompts in the same order (step s: problems s·P ... s·P+P-1), the same reward, the same
+  max new tokens; its clock starts at ``on_train_begin``. G = 8 completions per prompt.
+
+Both stop before the next step would pass the budget. One evaluator (``tasks/llm/evaluate.py``):
+greedy answers to the first E held-out problems (the same for every seed), before and after,
+outside the clock. Neither side was tuned for this benchmark: both run their library defaults.
+
+Reported per method and seed: held-out accuracy before and after, formatted share, steps,
+training seconds, generations per second (completions of the step's prompts per training
+second), and per method the median and range over seeds. ``--plot FILE`` draws the mean train
+reward per step against training wall clock; ``--runs-dir DIR`` keeps every run's JSON.
+
+``--warm-start-minutes M`` first builds a small Llama from a config (hidden 64, 2 layers, a
+character vocabulary; ``llm.warm``), trains it by backprop on the task's reference solutions
+for M minutes, saves it (under ``--runs-dir``, or a temporary folder) and uses it as the model:
+demonstration 1 of the LLM guide. ``--quick`` builds a tiny model and runs a few seconds.
+
+    hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M) [--seeds S ...]
+                           [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .base import BenchSetupError, Report, environment
+
+QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, EGGROLL) vs GRPO (TRL), one evaluator, "
+            "untuned defaults on both sides")
+METHODS = ("es", "grpo")
+TASK = "arithmetic"
+TASK_OPTIONS = {"min_steps": 1, "max_steps": 1, "max_number": 9}  # one step, small numbers: a tiny model learns it
+WARM_SIZE = {"hidden": 64, "layers": 2, "heads": 4}  # learns the one-step setting fastest per CPU minute here
+COLUMNS = ["method", "seed", "acc_before", "acc_after", "formatted_after", "reward_after", "steps", "train_s",
+           "gen_per_s"]
+ES_MAX_STEPS = 1_000_000
+STARTUP_SLACK_S = 600  # past the budget before a run is killed: imports, model, evaluations, export
+# the ES child imports transformers and the model's class before the engine's clock starts (GRPO's clock
+# starts after its imports and model loading too)
+ES_PRELOAD = ("import json, pathlib, sys, transformers\n"
+              "from hyperscalees.cli.main import main\n"
+              "cfg = pathlib.Path(sys.argv[sys.argv.index('--model') + 1]) / 'config.json'\n"
+              "for arch in (json.loads(cfg.read_text()).get('architectures') or []) if cfg.exists() else []:\n"
+              "    getattr(transformers, arch, None)\n"
+              "sys.exit(main(sys.argv[1:]))")
+
+
+def configs(quick: bool) -> dict:
+    if quick:
+        return dict(seeds=(100,), budget=3.0, prompts=2, generations=4, population=8, max_new_tokens=8,
+                    eval_prompts=4)
+    return dict(seeds=(100, 101, 102), budget=150.0, prompts=4, generations=8, population=32, max_new_tokens=48,
+                eval_prompts=64)
+
+
+def _env(threads: int) -> dict:
+    src = str(Path(__file__).resolve().parents[2])  # the hyperscalees this process runs
+    path = os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _last_json(text: str) -> dict | None:
+    for line in reversed((text or "").strip().splitlines()):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
+
+
+def _failure(rc, text: str) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return f"failed (exit {rc}): {lines[-1][-300:] if lines else 'no output'}"
+
+
+def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, str, str]:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(threads))
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return None, "", f"killed after {timeout:g} s"
+
+
+def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict) -> list[str]:
+    """The ES command line: the one place to adjust ES's flags."""
+    return [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", TASK,
+            "--task-options", json.dumps(TASK_OPTIONS), "--seed", str(seed), "--prompts", str(c["prompts"]),
+            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
+            "--population", str(c["population"]), "--time-budget", f"{budget:g}", "--steps", str(ES_MAX_STEPS),
+            "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
+
+
+def run_es(model: str, seed: int, budget: float, threads: int, c: dict) -> dict:
+    from ..engine.metrics import JSONL_FILE, read_rows
+    with tempfile.TemporaryDirectory(prefix="hs_bench_llm_") as tmp:
+        argv = es_invocation(model, seed, budget, Path(tmp) / "run", c)
+        rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
+        summary = _last_json(out)
+        try:
+            rows = read_rows(Path(tmp) / "run" / JSONL_FILE)
+        except Exception:  # noqa: BLE001 - a failed run may leave no or a torn file; reported as failed
+            rows = []
+    if rc != 0 or summary is None or not rows:
+        return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
+    steps, train_s = int(rows[-1]["step"]), float(rows[-1]["time"])
+    generations = steps * c["population"] * c["prompts"]
+    return {"method": "es", "seed": seed, "status": "ok", "after": {k: summary["metrics"][k] for k in
+                                                                   ("accuracy", "formatted", "reward")},
+            "steps": steps, "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
+            "generations_per_s": generations / train_s if train_s > 0 else None,
+            "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
+            "settings": {"population": c["population"], "prompts": c["prompts"],
+                         "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
+                         "budget_s": budget, "threads": threads}}
+
+
+def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int) -> list[str]:
+    """The GRPO command line (``benchmarks/grpo_run.py``)."""
+    return [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", TASK,
+            "--task-options", json.dumps(TASK_OPTIONS), "--seed", str(seed), "--prompts", str(c["prompts"]),
+            "--generations", str(c["generations"]), "--max-new-tokens", str(c["max_new_tokens"]),
+            "--eval-prompts", str(c["eval_prompts"]), "--budget", f"{budget:g}", "--threads", str(threads)]
+
+
+def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict) -> dict:
+    argv = grpo_invocation(model, seed, budget, c, threads)
+    rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
+    rec = _last_json(out)
+    if rc != 0 or rec is None:
+        return {"method": "grpo", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
+    return {**rec, "status": "ok", "argv": argv[3:]}
+
+
+def before_accuracy(model: str, c: dict) -> dict:
+    """The starting model's held-out metrics (the same evaluator; the test split is the same for every seed)."""
+    import torch
+    from .. import llm
+    from ..tasks.llm import LLM_TASKS
+    from ..tasks.llm.evaluate import held_out
+    torch.manual_seed(0)
+    m, tok = llm.load_causal_lm(model)
+    task = LLM_TASKS[TASK](seed=0, options=TASK_OPTIONS)
+    return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
+                    c["eval_prompts"])
+
+
+def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | None = None, batch: int = 16,
+               lr: float = 3e-3, seed: int = 0) -> dict:
+    """Build a small Llama (``llm.warm.char_llama``), train it by backprop on the task's reference
+    solutions (train split) for ``minutes``, save it to ``folder``; returns what it did and its
+    held-out metrics before and after."""
+    import torch
+    from .. import llm
+    from ..llm.warm import char_llama, supervise
+    from ..tasks.llm import LLM_TASKS
+    from ..tasks.llm.evaluate import held_out
+    size = size or WARM_SIZE
+    task = LLM_TASKS[TASK](seed=seed, options=TASK_OPTIONS)
+    model, tok = char_llama(seed=seed, **size)
+    sampling = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",))
+    before = held_out(task, model, tok, sampling, c["eval_prompts"])
+    pairs = lambda s: [(p.prompt, p.solution) for p in task.problems("train", s * batch, batch)]
+    torch.manual_seed(seed)
+    trained = supervise(model, tok, pairs, 60.0 * minutes, lr=lr, log=log)
+    after = held_out(task, model, tok, sampling, c["eval_prompts"])
+    llm.save_pretrained(model, tok, folder, overwrite=True)
+    return {"folder": str(folder), "size": size, "params": sum(p.numel() for p in model.parameters()),
+            "batch": batch, "lr": lr, "minutes": minutes, **trained, "before": before, "after": after}
+
+
+# -- summaries and the report -------------------------------------------------------------
+def _median(values):
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def summarize(runs: list[dict]) -> dict:
+    ok = [r for r in runs if r["status"] == "ok"]
+    acc = [r["after"]["accuracy"] for r in ok]
+    return {"seeds": [r["seed"] for r in runs], "ok": len(ok), "acc_after_median": _median(acc),
+            "acc_after_min": min(acc) if acc else None, "acc_after_max": max(acc) if acc else None,
+            "steps_median": _median([r.get("steps") for r in ok]),
+            "train_s_median": _median([r.get("train_s") for r in ok]),
+            "gen_per_s_median": _median([r.get("generations_per_s") for r in ok])}
+
+
+def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: float, threads: int, c: dict,
+                 notes=(), warm: dict | None = None) -> Report:
+    rep = Report("llm", QUESTION, COLUMNS)
+    nan = lambda v: float("nan") if v is None else v
+    summaries = {}
+    for m, rs in runs.items():
+        for r in rs:
+            a = r.get("after") or {}
+            rep.rows.append([m, r["seed"], before["accuracy"], nan(a.get("accuracy")), nan(a.get("formatted")),
+                             nan(a.get("reward")), nan(r.get("steps")), nan(r.get("train_s")),
+                             nan(r.get("generations_per_s"))])
+        s = summaries[m] = summarize(rs)
+        spread = ("n/a" if s["acc_after_min"] is None
+                  else f"{s['acc_after_median']:.3g} [{s['acc_after_min']:.3g}, {s['acc_after_max']:.3g}]")
+        rep.rows.append([m, "median [min, max]", before["accuracy"], spread, "", "", nan(s["steps_median"]),
+                         nan(s["train_s_median"]), nan(s["gen_per_s_median"])])
+    med = {m: s["acc_after_median"] for m, s in summaries.items() if s["acc_after_median"] is not None}
+    rep.summary = {"model": model, "task": TASK, "task_options": TASK_OPTIONS, "budget_s": budget,
+                   "threads": threads, "before": before, "acc_after_median": med,
+                   "settings": {k: c[k] for k in ("prompts", "generations", "population", "max_new_tokens",
+                                                  "eval_prompts")},
+                   "tuned": "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)",
+                   "environment": environment()}
+    if warm:
+        rep.summary["warm_start"] = warm
+    rep.details = {"methods": summaries, "runs": runs}
+    rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} test problems (same for every seed); "
+                  "acc_before is the starting model's",
+                  f"every run: {budget:g} s of training wall clock, OMP_NUM_THREADS={threads}, one run at a time; "
+                  "evaluation outside the clock",
+                  f"steps: ES steps (population {c['population']} x {c['prompts']} prompts) or GRPO steps "
+                  f"({c['prompts']} prompts x {c['generations']} completions); gen_per_s: completions per "
+                  "training second",
+                  "ES's clock includes loading the model and building the strategy; GRPO's starts at on_train_begin"]
+    rep.notes += [f"{r['method']} seed {r['seed']}: {r['status']}" for rs in runs.values() for r in rs
+                  if r["status"] != "ok"]
+    rep.notes += list(notes)
+    return rep
+
+
+LABELS = {"es": ("ES: EGGROLL (train llm)", "C0"), "grpo": ("GRPO (TRL)", "C1")}
+
+
+def plot_curves(runs: dict[str, list[dict]], path: Path) -> str:
+    """Mean train reward per step against training wall clock, every seed of both methods."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot (pip install 'hyperscalees[plot]')"
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m, rs in runs.items():
+        label, color = LABELS.get(m, (m, None))
+        for i, r in enumerate(x for x in rs if x["curve"]):
+            c = r["curve"]
+            ax.plot([p[0] for p in c], [p[1] for p in c], color=color, alpha=0.6, lw=1,
+                    label=f"{label} ({len(rs)} seeds)" if i == 0 else None)
+    ax.set(xlabel="training wall clock (s)", ylabel="mean train reward per step",
+           title=f"{TASK} {json.dumps(TASK_OPTIONS)}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return f"plot: {path} (one line per seed; reward 1 correct, 0.1 well formed, 0 otherwise)"
+
+
+def _quick_model(folder: Path) -> str:
+    from .. import llm
+    from ..llm.warm import char_llama
+    model, tok = char_llama(hidden=32, layers=2, heads=4, seed=0)
+    return str(llm.save_pretrained(model, tok, folder, overwrite=True))
+
+
+def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
+        runs_dir=None, model=None, warm_start_minutes=None, methods=None) -> Report:
+    if device != "cpu":
+        raise BenchSetupError("bench llm measures on the CPU only for now")
+    c = configs(quick)
+    seeds, budget = tuple(seeds or c["seeds"]), float(budget or c["budget"])
+    methods = tuple(methods or METHODS)
+    if "grpo" in methods:
+        import importlib.util
+        if importlib.util.find_spec("trl") is None:
+            raise BenchSetupError("the GRPO side needs trl: pip install 'hyperscalees[grpo]'")
+    with tempfile.TemporaryDirectory(prefix="hs_bench_llm_model_") as tmp:
+        warm = None
+        if warm_start_minutes:
+            folder = Path(runs_dir or tmp) / "warm_start_model"
+            log(f"bench llm: warm start, {warm_start_minutes:g} min of supervised training -> {folder}")
+            warm = warm_start(folder, warm_start_minutes, c, log=log)
+            log(f"  warm start: {warm['steps']} steps, held-out accuracy {warm['before']['accuracy']:.3f} -> "
+                f"{warm['after']['accuracy']:.3f}")
+            model = str(folder)
+        elif model is None:
+            if not quick:
+                raise BenchSetupError("give --model DIR (a local model folder) or --warm-start-minutes M")
+            model = _quick_model(Path(tmp) / "quick_model")
+        before = before_accuracy(model, c)
+        log(f"bench llm: {model}: held-out accuracy before {before['accuracy']:.3f}")
+        sides = {"es": run_es, "grpo": run_grpo}
+        runs = {m: [] for m in methods}
+        for i, seed in enumerate(seeds):
+            order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
+            for m in order:
+                load = os.getloadavg()[0]
+                log(f"  seed {seed}: {m} (budget {budget:g} s, load {load:.2f})")
+                t = time.perf_counter()
+                rec = {**sides[m](model, seed, budget, threads, c), "load_before": load,
+                       "wall_s": round(time.perf_counter() - t, 1)}
+                runs[m].append(rec)
+                if runs_dir is not None:
+                    path = Path(runs_dir) / f"{m}_seed{seed}.json"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(json.dumps({"load_after": list(os.getloadavg()), **rec}) + "\n")
+                a = rec.get("after")
+                log(f"    {rec['status']}; accuracy {before['accuracy']:.3f} -> "
+                    + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
+    notes = [plot_curves(runs, plot)] if plot else []
+    if runs_dir is not None:
+        notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
+    return build_report(model, before, runs, budget, threads, c, notes, warm)

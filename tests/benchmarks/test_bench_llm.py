@@ -1,0 +1,126 @@
+"""bench llm: the GRPO runner's record, the warm start, the CLI flags, and ``bench llm --quick`` end to end."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+from hyperscalees.benchmarks import grpo_run  # noqa: E402
+from hyperscalees.cli.main import main  # noqa: E402
+
+# trl/transformers/datasets warnings that say nothing about this code (the suite runs with filterwarnings=error)
+TRL_WARNINGS = [pytest.mark.filterwarnings("ignore:.*gradient_checkpointing is deprecated:FutureWarning"),
+                pytest.mark.filterwarnings("ignore::DeprecationWarning:trl.*"),
+                pytest.mark.filterwarnings("ignore::DeprecationWarning:datasets.*"),
+                pytest.mark.filterwarnings("ignore::DeprecationWarning:multiprocess.*"),
+                pytest.mark.filterwarnings("ignore::UserWarning:transformers.*"),
+                pytest.mark.filterwarnings("ignore::UserWarning:trl.*")]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from hyperscalees import llm
+    from hyperscalees.llm.warm import char_llama
+    model, tok = char_llama(hidden=32, layers=2, heads=4, seed=0)
+    return str(llm.save_pretrained(model, tok, tmp_path_factory.mktemp("m") / "tiny"))
+
+
+def test_the_grpo_reward_reads_the_completion_up_to_the_stop_string():
+    assert grpo_run.cut("x <answer>3</answer> <answer>4</answer>") == "x <answer>3</answer>"
+    assert grpo_run.cut("no tag") == "no tag"
+
+
+def test_the_budget_callback_stops_before_the_next_step_would_pass_the_budget(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(grpo_run.time, "perf_counter", lambda: now[0])
+    cb, control = grpo_run.BudgetStop(10.0), SimpleNamespace(should_training_stop=False)
+    cb.on_train_begin(None, None, control)
+    cb.on_init_end(None, None, control)  # any other event is a no-op
+    for t in (3.0, 6.0):
+        cb.on_step_begin(None, None, control)
+        now[0] = t
+        cb.on_step_end(None, None, control)
+        cb.on_log(None, None, control, logs={"reward": t / 10})
+        assert not control.should_training_stop
+    cb.on_step_begin(None, None, control)
+    now[0] = 8.5  # a 2.5 s step ends at 8.5 s: the next would end past 10 s
+    cb.on_step_end(None, None, control)
+    assert control.should_training_stop and cb.stopped == "budget"
+    assert cb.curve == [[3.0, 0.3], [6.0, 0.6]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("marks", [0], ids=[""])
+def test_the_grpo_runner_trains_and_writes_its_record(folder, capsys, marks):
+    pytest.importorskip("trl")
+    rc = grpo_run.main(["--model", folder, "--task", "arithmetic", "--seed", "3", "--prompts", "2",
+                        "--generations", "2", "--max-new-tokens", "6", "--eval-prompts", "2", "--budget", "600",
+                        "--max-steps", "2", "--learning-rate", "1e-3"])
+    assert rc == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["method"] == "grpo" and rec["seed"] == 3 and rec["steps"] == 2 and rec["stopped"] == "max_steps"
+    assert set(rec["before"]) == set(rec["after"]) == {"accuracy", "formatted", "reward"}
+    assert rec["settings"]["temperature"] == 1.0 and rec["settings"]["beta"] == 0.0
+    assert rec["settings"]["learning_rate"] == 1e-3 and rec["generations"] == 2 * 2 * 2
+    assert len(rec["curve"]) == 2 and rec["curve"][0][0] <= rec["curve"][1][0] <= rec["train_s"]
+
+
+for _m in TRL_WARNINGS:
+    test_the_grpo_runner_trains_and_writes_its_record = _m(test_the_grpo_runner_trains_and_writes_its_record)
+
+
+def test_the_warm_start_trains_saves_and_loads_in_plain_transformers(tmp_path):
+    from transformers import AutoModelForCausalLM
+    from hyperscalees.benchmarks import llm as bench_llm
+    c = dict(bench_llm.configs(quick=True), eval_prompts=2, max_new_tokens=4)
+    info = bench_llm.warm_start(tmp_path / "warm", 3 / 60, c, log=lambda *_: None,
+                                size={"hidden": 32, "layers": 1, "heads": 2}, batch=4, lr=3e-3)
+    assert info["steps"] >= 1 and info["loss"] == info["loss"] and info["before"]["accuracy"] == 0.0
+    model = AutoModelForCausalLM.from_pretrained(info["folder"], local_files_only=True)
+    assert sum(p.numel() for p in model.parameters()) == info["params"]
+
+
+def test_supervise_lowers_the_loss_on_the_completion():
+    from hyperscalees.llm.warm import _batch, char_llama, supervise
+    model, tok = char_llama(hidden=32, layers=1, heads=2, seed=0)
+    pairs = [("2+3=", "5"), ("4+4=", "8")]
+    ids, mask, lab = _batch(tok, pairs, "cpu")
+    assert (lab[0, :4] == -100).all() and lab[0, 4] == tok.convert_tokens_to_ids("5") and lab[0, 5] == tok.eos_token_id
+    def loss():
+        with torch.no_grad():
+            return model(input_ids=ids, attention_mask=mask, labels=lab).loss.item()
+    before = loss()
+    supervise(model, tok, lambda s: pairs, seconds=2.0, lr=1e-2, warmup=1)
+    assert loss() < before
+
+
+def test_llm_only_flags_are_refused_elsewhere(capsys):
+    assert main(["bench", "throughput", "--model", "x"]) == 2
+    assert "--model applies to llm only" in capsys.readouterr().err
+    assert main(["bench", "int8", "--warm-start-minutes", "1"]) == 2
+    assert "--warm_start_minutes applies to llm only" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_llm_quick_runs_both_methods_end_to_end(tmp_path, capsys):
+    pytest.importorskip("trl")
+    assert main(["bench", "llm", "--quick", "--json", "--runs-dir", str(tmp_path / "runs"),
+                 "--plot", str(tmp_path / "curve.png")]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rep["bench"] == "llm" and set(rep["acc_after_median"]) == {"es", "grpo"}
+    for m in ("es", "grpo"):
+        (run,) = rep["runs"][m]
+        assert run["status"] == "ok" and run["steps"] >= 1 and run["curve"], run
+        assert (tmp_path / "runs" / f"{m}_seed100.json").exists()
+    assert (tmp_path / "curve.png").stat().st_size > 0
