@@ -12,7 +12,7 @@ from hyperscalees.benchmarks import grpo_run  # noqa: E402
 from hyperscalees.cli.main import main  # noqa: E402
 
 # trl/transformers/datasets warnings that say nothing about this code (the suite runs with filterwarnings=error)
-TRL_WARNINGS = [pytest.mark.filterwarnings("ignore:.*gradient_checkpointing is deprecated:FutureWarning"),
+TRL_WARNINGS = [pytest.mark.filterwarnings("ignore:.*gradient_checkpointing.* is deprecated:FutureWarning"),
                 pytest.mark.filterwarnings("ignore::DeprecationWarning:trl.*"),
                 pytest.mark.filterwarnings("ignore::DeprecationWarning:datasets.*"),
                 pytest.mark.filterwarnings("ignore::DeprecationWarning:multiprocess.*"),
