@@ -29,6 +29,7 @@ from ..tasks import AbstractTask, get_task
 from .checkpoint import (META_FILE, checkpoint_step, has_checkpoint, load_checkpoint, load_checkpoint_config,
                          remove_orphans, save_checkpoint)
 from .config import TrainConfig, check_device
+from .evaluations import Evaluations
 from .files import BadFileError, check_directory, exclusive
 from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
@@ -102,7 +103,12 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
         if on_start is not None:
             on_start(rank_notes(es))
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
-        metrics, evaluated_at, stopped = {}, None, "steps"
+        if hasattr(backend, "start"):  # Ray's start-up takes seconds inside C: a signal there ends the run at once
+            with stop.at_once(f"while starting the {getattr(backend, 'name', 'distributed')} backend"):
+                backend.start()
+        deadline = None if eng.time_budget is None else t0 + eng.time_budget
+        evals = Evaluations(task, model, lambda: signal_name(stop.signum) if stop.requested else None, deadline)
+        stopped = "steps"
         saved_at = time.perf_counter()  # a long run loses at most checkpoint_minutes to a kill
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
                                    disable=eng.json or not sys.stderr.isatty()) as bar:
@@ -112,35 +118,36 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                 _check_finite(model, es.step, out)
                 _check_population(stats, backend.last_fitness.numel(), es.step, out)
                 step_time = time.perf_counter() - ts
-                out_of_time = eng.time_budget is not None and \
-                    time.perf_counter() - t0 + step_time > eng.time_budget
+                # stop while the next step and the validation closing the run would still not both fit
+                out_of_time = deadline is not None and time.perf_counter() + step_time + evals.seconds > deadline
                 last = es.step >= eng.steps or out_of_time or stop.requested
                 row = {**stats, "time": round(time.perf_counter() - t0, 4)}
-                if es.step % eng.eval_every == 0 or last:
-                    metrics, evaluated_at = task.evaluate(model), es.step
-                    row.update(metrics)
+                if (es.step % eng.eval_every == 0 or last) and evals.run(es.step):
+                    row.update(evals.metrics)
+                out_of_time = out_of_time or evals.past_deadline()  # a validation ran into the deadline
                 if logger:
                     logger.log(row)
                 if board:
                     board.log(row)
                 bar.update(1)
                 bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
-                                **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"},
+                                **{task.metric: f"{evals.metrics.get(task.metric, float('nan')):.4g}"},
                                 **task.progress(step_time))
-                if out and not last and _checkpoint_due(eng, es.step, saved_at):
+                if out and not (last or out_of_time) and _checkpoint_due(eng, es.step, saved_at):
                     save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict())
                     out, saved_at = _swap_in(replacing, logger, out), time.perf_counter()
                 if out_of_time and es.step < eng.steps:
                     stopped = "time_budget"
                     break
-            if evaluated_at != es.step:  # nothing ran, or a signal came between two steps
-                metrics = task.evaluate(model)
-            metrics = {**metrics, **task.final_evaluate(model)}  # once per run: the test split
+            if evals.step != es.step and evals.cut is None and evals.stop_reason() is None:
+                evals.run(es.step)  # nothing ran (a resume at its last step): evaluate what is saved
+            metrics = {**evals.metrics, **evals.final()}  # once per run: the test split
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
         summary = _finish(cfg, task, es, out, metrics, stopped, t0, commit=partial(_swap_in, replacing, logger))
+        summary["metrics_step"] = evals.step
         summary["signal"] = signal_name(stop.signum) if stop.requested else None
-        summary["notes"] += replacing.notes if replacing else []
+        summary["notes"] += evals.notes(es.step) + (replacing.notes if replacing else [])
         if backend.report():
             summary["backend"] = backend.report()
     return summary
@@ -159,8 +166,8 @@ def rank_notes(es) -> list[str]:
 
 def _say_stopping(signum: int, saving: bool) -> None:
     then = "and saving a checkpoint" if saving else "(nothing will be saved: no --out)"
-    print(f"\n{signal_name(signum)}: finishing this step {then}; send it again to stop at once",
-          file=sys.stderr, flush=True)
+    print(f"\n{signal_name(signum)}: finishing this step (an evaluation under way is cut short) {then}; "
+          "send it again to stop at once", file=sys.stderr, flush=True)
 
 
 def _checkpoint_due(eng, step: int, saved_at: float) -> bool:

@@ -292,11 +292,13 @@ class LMTask(AbstractTask):
         return self._baselines
 
     def score(self, model: nn.Module, streams: Tensor) -> tuple[float, float, int]:
-        """(bits, bytes, targets) of the model on (E, L) streams, read ``window`` tokens at a time."""
+        """(bits, bytes, targets) of the model on (E, L) streams, read ``window`` tokens at a time;
+        a stop request (:meth:`check_stop`) cuts it short between two windows."""
         streams, t = streams.to(self.device), self.options.window
         bits = nbytes = 0.0
         count, state = 0, None
         for j in range(0, streams.shape[1] - 1, t):
+            self.check_stop()
             x = streams[:, j:j + t]
             y = streams[:, j + 1:j + t + 1]
             x = x[:, :y.shape[1]]
