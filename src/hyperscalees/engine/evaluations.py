@@ -9,7 +9,9 @@ from which step it is; its checkpoint is the step's state, untouched, and resume
 
 What may stop which evaluation:
 
-- validation passes (:meth:`Evaluations.run`): a signal, or the time budget's deadline;
+- validation passes (:meth:`Evaluations.run`): a signal, or the time budget's deadline. The loop
+  ends a budgeted run early enough for the validation that closes it to fit (:meth:`reserve`),
+  so the deadline cuts one only when a pass runs longer than the earlier ones (or is the first);
 - the end-of-run score (:meth:`Evaluations.final`, ``lm``'s whole test split, once per run, the
   figure to report): a signal only. It runs after the budget, like the run's summary; a
   signalled run skips it.
@@ -38,7 +40,7 @@ class Evaluations:
         self.task, self.model, self.signalled, self.deadline = task, model, signalled, deadline
         self.metrics: dict = {}               # of the last complete validation ...
         self.step: int | None = None          # ... at this step
-        self.seconds = 0.0                    # how long that pass took (the budget keeps room for one)
+        self.seconds = 0.0                    # the longest complete pass so far
         self.cut: tuple[int, str] | None = None     # (step, stopped by) of the pass a stop cut short
         self.final_skipped: str | None = None       # what stopped the end-of-run score, if anything
 
@@ -50,15 +52,24 @@ class Evaluations:
         return self.signalled() or (BUDGET if self.past_deadline() else None)
 
     def run(self, step: int) -> bool:
-        """Validate at ``step``; False when a stop cut the pass short (the last complete one stays)."""
+        """Validate at ``step``; False when a stop cut the pass short or came before it (the last complete
+        one stays)."""
+        if self.stop_reason() is not None:
+            return False
         t = time.perf_counter()
         try:
             metrics = self._polled(self.task.evaluate, lambda: self.stop_reason() is not None)
         except EvaluationStopped:
             self.cut = (step, self.stop_reason() or BUDGET)
             return False
-        self.metrics, self.step, self.seconds = metrics, step, time.perf_counter() - t
+        self.metrics, self.step = metrics, step
+        self.seconds = max(self.seconds, time.perf_counter() - t)
         return True
+
+    def reserve(self) -> float:
+        """Seconds the time budget keeps for one validation pass: the longest so far, with a quarter to
+        spare (passes vary: lm prints a sample every few). 0 before the first one."""
+        return 1.25 * self.seconds
 
     def final(self) -> dict:
         """The end-of-run metrics (``task.final_evaluate``), or {} when a signal stops or skipped them."""
