@@ -52,10 +52,11 @@ class Evaluations:
         return self.signalled() or (BUDGET if self.past_deadline() else None)
 
     def run(self, step: int) -> bool:
-        """Validate at ``step``; False when a stop cut the pass short or came before it (the last complete
-        one stays)."""
-        if self.stop_reason() is not None:
-            return False
+        """Validate at ``step``; False when a stop cut the pass short (the last complete one stays).
+
+        Started even when a stop is already due: a task that polls stops at its first window (at no
+        cost), one whose evaluation is too short to poll (xor) still reports the step it stopped at.
+        """
         t = time.perf_counter()
         try:
             metrics = self._polled(self.task.evaluate, lambda: self.stop_reason() is not None)

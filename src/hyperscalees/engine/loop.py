@@ -107,7 +107,8 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
         if on_start is not None:
             on_start(rank_notes(es))
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
-        if hasattr(backend, "start"):  # Ray's start-up takes seconds inside C: a signal there ends the run at once
+        # Ray's start-up waits seconds inside C, where the request cannot be polled: a signal ends the run at once
+        if hasattr(backend, "start") and es.step < eng.steps:
             with stop.at_once(f"while starting the {getattr(backend, 'name', 'distributed')} backend"):
                 backend.start()
         deadline = None if eng.time_budget is None else t0 + eng.time_budget
