@@ -4,6 +4,7 @@ Ray's start-up costs seconds and ~1 GB, so these tests are few and each checks s
 things. The reference is always the in-process run of the same config: same chunks, same
 seeds, so the final parameters must be equal bit for bit.
 """
+import contextlib
 import glob
 import os
 import re
@@ -20,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from hyperscalees.distributed import LocalBackend, RayBackend, RayConfig
-from hyperscalees.engine import make_config, run
+from hyperscalees.engine import load_checkpoint, make_config, run
 from hyperscalees.cli.main import main
 
 from faulty import faulty
@@ -50,6 +51,62 @@ def ray_cluster():
             os.environ[k] = v
     shutil.rmtree(home, ignore_errors=True)
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def ray_processes(marker: str) -> dict[int, str]:
+    """Process id -> command line of the living processes that mention ``marker`` (a Ray temp dir: that
+    Ray's own processes)."""
+    found = {}
+    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            text = Path(cmdline).read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in text:
+            found[int(cmdline.split("/")[2])] = text[:120]
+    return found
+
+
+def test_ctrl_c_during_rays_start_up_stops_at_once_and_leaves_no_ray_process(tmp_path):
+    """Placed before any test that uses ``ray_cluster``: one Ray at a time. A SIGINT while ``ray.init``
+    is still starting its processes (seconds, inside C) used to wait for Ray, its workers and a step."""
+    pytest.importorskip("ray")
+    home = tempfile.mkdtemp(prefix="hsh", dir="/tmp")
+    temp = tempfile.mkdtemp(prefix="hsr", dir="/tmp")    # short: Ray's socket paths must fit 107 bytes
+    out = tmp_path / "run"
+    env = {**os.environ, "HOME": home, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "hyperscalees", "train", "xor", "--steps", "1000", "--backend", "ray", "--workers",
+           "2", "--temp-dir", temp, "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(f"{temp}/session_*") and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)                            # Ray makes its session directory early in ray.init
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+        assert proc.returncode == 130, stderr[-2000:]
+        assert stderr.strip().splitlines()[-1] == ("interrupted by SIGINT while starting the ray backend: stopped at "
+                                                   "once; the last committed checkpoint, if any, is intact")
+        assert "Traceback" not in stderr and stdout == ""
+        assert took < 15, took                          # Ray's C code reads signals within about 2 s
+        assert not out.exists()                         # nothing was run, so nothing is left behind
+        left = []
+        for _ in range(100):                            # what was killed may take a moment to go
+            left = ray_processes(temp)
+            if not left:
+                break
+            time.sleep(0.1)
+        assert not left, left
+    finally:
+        proc.kill()
+        for pid in ray_processes(temp):                 # never leave a test's Ray behind, even on failure
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def invoke(argv, capsys):
@@ -204,6 +261,30 @@ def test_sigkill_of_the_coordinator_then_resume_equals_an_uninterrupted_run(ray_
     code, _, err = invoke(["train", "xor", "--resume", str(out), "--backend", "ray", "--workers", "2"], capsys)
     assert code == 0, err
     assert_same_params(params(out), local_reference(tmp_path, "local", steps=steps))
+
+
+def test_sigterm_to_a_ray_run_checkpoints_it(ray_cluster, tmp_path):
+    """ray.init installed its own SIGTERM handlers in the driver (Python's sys.exit, then a C crash handler):
+    a SIGTERM aborted the run (exit -6) without its checkpoint."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "hyperscalees", "train", "xor", "--steps", "100000", "--seed", "7", "--backend", "ray",
+           "--workers", "2", "--address", ray_cluster, "--out", str(out), "--json"]
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, rows = time.monotonic() + 120, out / "metrics.jsonl"
+        while proc.poll() is None and time.monotonic() < deadline:
+            if rows.exists() and rows.read_text().count("\n") >= 3:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr[-2000:]
+    step = load_checkpoint(out).step
+    assert step >= 3 and f"interrupted by SIGTERM at step {step}/100000: checkpoint at step {step} saved in" in stderr
 
 
 def test_rl_with_observation_statistics_on_ray_equals_the_local_run(ray_cluster, tmp_path, no_plot):

@@ -20,6 +20,8 @@ def register(subparsers) -> None:
     p.add_argument("directory", metavar="DIR", help="run directory written by `hyperscalees train --out DIR`")
     p.add_argument("--device", default=None, help="torch device to evaluate on (default: cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="where the run's data is now, if it moved since training (lm; checked to be the same data)")
     p.add_argument("--episodes", type=int, default=None, metavar="N",
                    help="evaluation episodes (rl; default: the run's --eval-episodes)")
     p.add_argument("--render", default=None, metavar="FILE.gif",
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("hyperscalees eval", f"--render-episodes {args.render_episodes} is more than the --episodes "
                     f"{args.episodes} evaluated: the GIF shows scored episodes only")
     try:
-        cfg, task, model, step = load_run(args.directory, args.device)
+        cfg, task, model, step = load_run(args.directory, args.device, data={"data": args.data} if args.data else None)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         return fail("hyperscalees eval", str(e))
     except OSError as e:

@@ -2,7 +2,9 @@
 
 Sampling is d-eggs' (temperature 0.6, min-p 0.08, presence penalty 0.2 by default; see
 ``tasks/lm/sampling.py``) and seeded: the same checkpoint, prompt and ``--seed`` print the
-same text. On a terminal, non-printable characters are shown escaped (``\x1b``): a model
+same text. Only the run directory is read: checkpoints keep the model's vocabulary, so no
+training data is needed (runs saved before that read their data; ``--data`` says where it is
+now if it moved). On a terminal, non-printable characters are shown escaped (``\x1b``): a model
 can emit terminal escape sequences, which a terminal would otherwise obey; ``--raw``, a pipe
 or a file gets the text as generated.
 """
@@ -31,6 +33,9 @@ def register(subparsers) -> None:
                    help="nats subtracted from every token already present (default: 0.2)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.add_argument("--device", default=None, help="torch device (default: cpu)")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="where the run's data is now, if it moved (only runs saved before checkpoints kept the "
+                        "vocabulary read their data)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("--raw", action="store_true",
                    help="write control characters as generated even to a terminal (default: escaped there)")
@@ -44,18 +49,19 @@ def terminal_safe(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        cfg, task, model, step = load_run(args.directory, args.device)
+        cfg, task, model, step = load_run(args.directory, args.device, data={"data": args.data} if args.data else None,
+                                          data_free=True)  # the vocabulary in the run: no data read
         if cfg.task != "lm":
             raise ValueError(f"{args.directory!r} holds a {cfg.task!r} run, not a language model (train lm)")
         model.eval()
-        prompt = task.corpus.encode(args.prompt)
+        prompt = task.vocabulary.encode(args.prompt)
         out = generate(model, prompt, args.tokens, args.temperature, args.min_p, args.presence_penalty,
                        seed=args.seed, context=task.options.window)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         return fail(PROG, str(e))
     except OSError as e:
         return fail(PROG, os_error(e))
-    text = task.corpus.decode(out)
+    text = task.vocabulary.decode(out)
     if args.json:
         print(json_line({"directory": args.directory, "step": step, "model": cfg.options["model"],
                          "prompt": args.prompt, "seed": args.seed, "tokens": out, "text": text}))

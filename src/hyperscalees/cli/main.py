@@ -107,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")
         return 0
     except KeyboardInterrupt as e:  # before a run installs its handlers, or a second Ctrl-C/SIGTERM
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(f"interrupted by {signal.Signals(signum).name}: stopped at once; the last committed checkpoint, "
-              "if any, is intact", file=sys.stderr)
+        signum, during = getattr(e, "signum", signal.SIGINT), getattr(e, "during", None)
+        print(f"interrupted by {signal.Signals(signum).name}{' ' + during if during else ''}: stopped at once; "
+              "the last committed checkpoint, if any, is intact", file=sys.stderr)
         return 128 + signum
 
 

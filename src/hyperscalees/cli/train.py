@@ -61,7 +61,8 @@ HELP = {
     "noise_cache_mib": "MiB of a step's noise kept between chunks and the update (0: always regenerate)",
     # engine
     "steps": "total ES steps (a resumed run continues up to this count)",
-    "time_budget": "stop before the next step would exceed SECONDS of wall time",
+    "time_budget": "end the run within SECONDS of wall time, its last validation included (one still running "
+                   "then is cut short; lm's test split is scored after)",
     "eval_every": "held-out metrics every K steps",
     "checkpoint_every": "checkpoint every K steps (0: by time, --checkpoint-minutes)",
     "checkpoint_minutes": "also checkpoint whenever MINUTES of wall time passed since the last one (0: never)",

@@ -39,6 +39,10 @@ class AbstractBackend:
         """The driver's model (after the last step's update)."""
         return self.es.model
 
+    def start(self) -> None:
+        """Bring up whatever runs the chunks (nothing in-process). The training loop calls it before
+        the first step, where a signal cuts it short at once; the first step does it if nobody did."""
+
     def evaluate(self) -> Tensor:
         """Fitness (P,) or (P, G) of the current step's whole population."""
         raise NotImplementedError

@@ -23,16 +23,21 @@ sets it up (on by default in 2.60).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
 from ..nn.evaluate import join_chunks
 from .base import AbstractBackend
 from .coordinator import ChunkQueue, ChunkTimes, Counters, split
+from .processes import ended_if_failed
 from .recipe import check_distributable, fitness_state
 from .replica import Replica, ReplicaDrift, coordinator_state, state_hash
 from . import wire
@@ -89,20 +94,65 @@ def import_ray(local: bool):
 
 
 def start_ray(config: RayConfig) -> bool:
-    """Connect to ``config.address`` or start a local loopback Ray; True when this call started it."""
+    """Connect to ``config.address`` or start a local loopback Ray; True when this call started it.
+
+    Interrupted (a signal handler that raises, e.g. the training loop's during start-up), it
+    leaves nothing running: what ``ray.init`` had started is killed before the exception goes on.
+    """
     ray = import_ray(local=config.address is None)
     if ray.is_initialized():
         return False
-    if config.address is not None:
-        ray.init(address=config.address, logging_level=logging.WARNING)
-        return True
-    ray.init(num_cpus=max(1, int(round(config.workers * config.cpus_per_worker))), include_dashboard=config.dashboard,
-             dashboard_host="127.0.0.1", _temp_dir=config.temp_dir, logging_level=logging.WARNING)
+    with ended_if_failed(), _disconnected_if_failed(ray), _own_signal_handlers(ray):
+        if config.address is not None:
+            ray.init(address=config.address, logging_level=logging.WARNING)
+            return True
+        ray.init(num_cpus=max(1, int(round(config.workers * config.cpus_per_worker))),
+                 include_dashboard=config.dashboard, dashboard_host="127.0.0.1", _temp_dir=config.temp_dir,
+                 logging_level=logging.WARNING)
     gcs = ray.get_runtime_context().gcs_address
     if not gcs.startswith("127."):
         ray.shutdown()
         raise RuntimeError(f"local Ray came up on {gcs}, not on loopback: this Ray version ignores {LOCAL_ONLY}=0")
     return True
+
+
+@contextlib.contextmanager
+def _disconnected_if_failed(ray) -> Iterator[None]:
+    """If ``ray.init`` fails half-way, undo what it had set up in this process (best effort)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise
+
+
+@contextlib.contextmanager
+def _own_signal_handlers(ray) -> Iterator[None]:
+    """Keep this process's SIGINT and SIGTERM handlers through ``ray.init``.
+
+    ``ray.init`` replaces the driver's SIGTERM handler with ``sys.exit``, and its core worker then
+    installs a crash handler for SIGTERM in C: a SIGTERM to a running Ray run aborted the process
+    (exit -6, no checkpoint) instead of ending it after the step with one. Ray's Python installer
+    is a no-op meanwhile (so a signal during the start-up reaches the run's handler), and the
+    handlers in place before are put back afterwards (``signal.signal`` replaces the C one too).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    installer = getattr(utils, "set_sigterm_handler", None)
+    if installer is not None:
+        utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        if installer is not None:
+            utils.set_sigterm_handler = installer
+        for s, handler in saved.items():
+            if handler is not None:  # None: installed outside Python, nothing to put back
+                signal.signal(s, handler)
 
 
 def _first_line(e: BaseException) -> str:

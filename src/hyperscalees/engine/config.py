@@ -24,7 +24,7 @@ _NULLABLE_ENGINE = ("time_budget", "out", "resume", "device", "chunk", "tensorbo
 @dataclass(frozen=True)
 class EngineConfig:
     steps: int = 100                    # total ES steps; a resumed run continues up to this count
-    time_budget: float | None = None    # seconds; stop before the next step would exceed it
+    time_budget: float | None = None    # seconds the steps and validations may take (engine/evaluations.py)
     eval_every: int = 10                # held-out metrics every k steps (and always at the end)
     checkpoint_every: int = 0           # steps between checkpoints; 0: by time only (checkpoint_minutes)
     checkpoint_minutes: float = 5.0     # also checkpoint when this much wall time passed since the last (0: never)

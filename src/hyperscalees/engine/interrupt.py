@@ -1,27 +1,35 @@
 """Ctrl-C and SIGTERM stop a run between two steps, so it can checkpoint instead of losing them.
 
 The first SIGINT or SIGTERM only records the signal; the loop reads it after the current
-step and ends the run as if its step count were reached (final metrics, a checkpoint when
-there is a run directory). The caller then exits with the conventional 128 + signal number
-(130, 143). A second signal means "stop now": it raises :class:`Interrupted` wherever the
-process is, even inside a checkpoint write. That loses nothing committed, because a
-checkpoint only exists once its single pointer file has been renamed into place.
+step and ends the run as if its step count were reached (a checkpoint when there is a run
+directory). An evaluation under way is cut short (tasks poll the request between windows or
+env steps, ``tasks.base.AbstractTask.check_stop``) and none is started after it, so the run
+stops within a step, not a validation pass, later. The caller then exits with the
+conventional 128 + signal number (130, 143). A second signal means "stop now": it raises
+:class:`Interrupted` wherever the process is, even inside a checkpoint write. That loses
+nothing committed, because a checkpoint only exists once its single pointer file has been
+renamed into place.
+
+Waits that cannot poll the request (Ray's start-up blocks for seconds inside C) run under
+:meth:`StopRequest.at_once`: there the first signal already raises :class:`Interrupted`.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(KeyboardInterrupt):
-    """Raised by a second signal; ``signum`` gives the exit code 128 + signum."""
+    """Raised by a second signal, or the first during :meth:`StopRequest.at_once` (``during`` says
+    what it cut short); ``signum`` gives the exit code 128 + signum."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, during: str | None = None):
         super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+        self.signum, self.during = signum, during
 
 
 class StopRequest:
@@ -35,6 +43,7 @@ class StopRequest:
         self.signum: int | None = None
         self.notify = notify
         self._previous: dict[int, object] = {}
+        self._at_once: str | None = None
 
     @property
     def requested(self) -> bool:
@@ -51,10 +60,22 @@ class StopRequest:
             signal.signal(s, handler)
         self._previous.clear()
 
+    @contextlib.contextmanager
+    def at_once(self, during: str) -> Iterator[None]:
+        """Within it the first signal raises :class:`Interrupted` too (``during``: what it cuts short,
+        e.g. "while starting the ray backend"): for a wait that cannot poll :attr:`requested`."""
+        self._at_once = during
+        try:
+            yield
+        finally:
+            self._at_once = None
+
     def _handle(self, signum: int, frame) -> None:
-        if self.signum is not None:
-            raise Interrupted(signum)
-        self.signum = signum
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        if not first or self._at_once is not None:
+            raise Interrupted(signum, self._at_once)
         if self.notify:
             self.notify(signum)
 

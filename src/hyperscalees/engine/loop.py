@@ -29,10 +29,12 @@ from ..tasks import AbstractTask, get_task
 from .checkpoint import (META_FILE, checkpoint_step, has_checkpoint, load_checkpoint, load_checkpoint_config,
                          remove_orphans, save_checkpoint)
 from .config import TrainConfig, check_device
+from .evaluations import Evaluations
 from .files import BadFileError, check_directory, exclusive
 from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
 from .recipe import TaskRecipe
+from .relocate import check_data_present, check_resumed_data, relocated, same_run_options
 from .tensorboard import TensorBoardSink
 from .run_dir import Replacement, holds_anything, refuse_nonempty, remove_empty_failed
 
@@ -68,6 +70,9 @@ def run(cfg: TrainConfig, backend: Callable | None = None, on_start: Callable[[l
     t0, eng = time.perf_counter(), cfg.engine
     if eng.resume and not Path(eng.resume).exists():  # never create the directory a resume reads
         raise FileNotFoundError(f"no checkpoint in {eng.resume!r}: the directory does not exist (--resume)")
+    if eng.resume and has_checkpoint(eng.resume):  # before the task reads a path that may be stale
+        recorded = load_checkpoint_config(eng.resume)
+        check_resumed_data(eng.resume, cfg, _parse_config(recorded, eng.resume), recorded.get("options", {}))
     out = Path(eng.out or eng.resume) if (eng.out or eng.resume) else None
     existed = out is not None and out.exists()
     try:
@@ -102,7 +107,13 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
         if on_start is not None:
             on_start(rank_notes(es))
         stop = stack.enter_context(StopRequest(notify=partial(_say_stopping, saving=out is not None)))
-        metrics, evaluated_at, stopped = {}, None, "steps"
+        # Ray's start-up waits seconds inside C, where the request cannot be polled: a signal ends the run at once
+        if hasattr(backend, "start") and es.step < eng.steps:
+            with stop.at_once(f"while starting the {getattr(backend, 'name', 'distributed')} backend"):
+                backend.start()
+        deadline = None if eng.time_budget is None else t0 + eng.time_budget
+        evals = Evaluations(task, model, lambda: signal_name(stop.signum) if stop.requested else None, deadline)
+        stopped = "steps"
         saved_at = time.perf_counter()  # a long run loses at most checkpoint_minutes to a kill
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
                                    disable=eng.json or not sys.stderr.isatty()) as bar:
@@ -112,35 +123,36 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                 _check_finite(model, es.step, out)
                 _check_population(stats, backend.last_fitness.numel(), es.step, out)
                 step_time = time.perf_counter() - ts
-                out_of_time = eng.time_budget is not None and \
-                    time.perf_counter() - t0 + step_time > eng.time_budget
+                due = es.step % eng.eval_every == 0
+                out_of_time = _out_of_time(deadline, step_time, evals.reserve(), due)
                 last = es.step >= eng.steps or out_of_time or stop.requested
                 row = {**stats, "time": round(time.perf_counter() - t0, 4)}
-                if es.step % eng.eval_every == 0 or last:
-                    metrics, evaluated_at = task.evaluate(model), es.step
-                    row.update(metrics)
+                if (due or last) and evals.run(es.step):
+                    row.update(evals.metrics)
+                out_of_time = out_of_time or evals.past_deadline()  # a validation ran into the deadline
                 if logger:
                     logger.log(row)
                 if board:
                     board.log(row)
                 bar.update(1)
                 bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
-                                **{task.metric: f"{metrics.get(task.metric, float('nan')):.4g}"},
+                                **{task.metric: f"{evals.metrics.get(task.metric, float('nan')):.4g}"},
                                 **task.progress(step_time))
-                if out and not last and _checkpoint_due(eng, es.step, saved_at):
+                if out and not (last or out_of_time) and _checkpoint_due(eng, es.step, saved_at):
                     save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict())
                     out, saved_at = _swap_in(replacing, logger, out), time.perf_counter()
                 if out_of_time and es.step < eng.steps:
                     stopped = "time_budget"
                     break
-            if evaluated_at != es.step:  # nothing ran, or a signal came between two steps
-                metrics = task.evaluate(model)
-            metrics = {**metrics, **task.final_evaluate(model)}  # once per run: the test split
+            if evals.step != es.step and evals.cut is None and evals.stop_reason() is None:
+                evals.run(es.step)  # nothing ran (a resume at its last step): evaluate what is saved
+            metrics = {**evals.metrics, **evals.final()}  # once per run: the test split
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
         summary = _finish(cfg, task, es, out, metrics, stopped, t0, commit=partial(_swap_in, replacing, logger))
+        summary["metrics_step"] = evals.step
         summary["signal"] = signal_name(stop.signum) if stop.requested else None
-        summary["notes"] += replacing.notes if replacing else []
+        summary["notes"] += evals.notes(es.step) + (replacing.notes if replacing else [])
         if backend.report():
             summary["backend"] = backend.report()
     return summary
@@ -159,8 +171,17 @@ def rank_notes(es) -> list[str]:
 
 def _say_stopping(signum: int, saving: bool) -> None:
     then = "and saving a checkpoint" if saving else "(nothing will be saved: no --out)"
-    print(f"\n{signal_name(signum)}: finishing this step {then}; send it again to stop at once",
-          file=sys.stderr, flush=True)
+    print(f"\n{signal_name(signum)}: finishing this step (an evaluation under way is cut short) {then}; "
+          "send it again to stop at once", file=sys.stderr, flush=True)
+
+
+def _out_of_time(deadline: float | None, step_time: float, validation: float, due: bool) -> bool:
+    """Should the run end at this step? Going on means this step's validation (when ``due``), the next
+    step and the validation that closes the run after it, each as long as the last: all before the
+    deadline, or the run ends now, its closing validation in the time that is left."""
+    if deadline is None:
+        return False
+    return time.perf_counter() + validation * due + step_time + validation > deadline
 
 
 def _checkpoint_due(eng, step: int, saved_at: float) -> bool:
@@ -262,7 +283,9 @@ def _resume(es, task: AbstractTask, cfg: TrainConfig) -> None:
                                     f"with --out {directory} --overwrite") from None
         raise
     old, new = _parse_config(ckpt.config, directory).to_dict(), cfg.to_dict()
-    diff = [k for k in ("task", "strategy", "options") if old.get(k) != new[k]]
+    diff = [k for k in ("task", "strategy") if old.get(k) != new[k]]
+    diff += [] if old["task"] != new["task"] or same_run_options(new["task"], old["options"], new["options"]) \
+        else ["options"]
     diff += [f"es.{k}" for k in new["es"] if old.get("es", {}).get(k) != new["es"][k]]
     if diff:
         detail = ", ".join(f"{k}: checkpoint {_get(old, k)!r} vs now {_get(new, k)!r}" for k in diff)
@@ -309,15 +332,21 @@ def _parse_config(saved: dict, directory: str | Path) -> TrainConfig:
         raise BadFileError(f"{str(Path(directory) / META_FILE)!r} holds an unusable config: {e}") from None
 
 
-def load_run(directory: str | Path, device: str | torch.device | None = None):
+def load_run(directory: str | Path, device: str | torch.device | None = None, data: dict[str, str] | None = None,
+             data_free: bool = False):
     """(config, task, model, step) of the checkpoint in ``directory``, the model on ``device``.
 
-    Reads the model and the task state only: evaluating needs no optimizer state.
+    Reads the model and the task state only: evaluating needs no optimizer state. ``data``: new
+    paths of the task's data options (``--data NEW`` after the data moved); ``data_free``: build
+    the task from what the run saved, without reading its data, where the task can (lm: its
+    vocabulary) -- enough to use the model (``generate``), not to evaluate it.
     """
     dev = check_device(device if device is not None else "cpu")  # first: a missing GPU is not a damaged file
     ckpt = load_checkpoint(directory, dev, strategy=False)
     cfg = _parse_config(ckpt.config, directory)
-    task = get_task(cfg.task)(seed=cfg.es.seed, device=dev, options=cfg.options)
+    if data:
+        cfg = relocated(cfg, data)
+    task = _task_of_run(cfg, dev, ckpt, directory, data_free)
     model = task.build_model()
     try:
         model.load_state_dict(ckpt.model)
@@ -325,3 +354,18 @@ def load_run(directory: str | Path, device: str | torch.device | None = None):
         raise BadFileError(f"the model in {str(directory)!r} does not fit task {cfg.task!r}: {_squash(e)}") from None
     _load_task_state(task, ckpt.task, directory)
     return cfg, task, model, ckpt.step
+
+
+def _task_of_run(cfg: TrainConfig, device: torch.device, ckpt, directory, data_free: bool) -> AbstractTask:
+    """The run's task: from its saved state alone when ``data_free`` and the task can, else from its data
+    (one clear line when the data the run recorded has moved)."""
+    task_cls = get_task(cfg.task)
+    if data_free:
+        try:
+            task = task_cls.without_data(cfg.es.seed, device, cfg.options, ckpt.task)
+        except (KeyError, ValueError, TypeError, AttributeError) as e:
+            raise BadFileError(f"the task state in {str(directory)!r} is damaged: {_squash(e)}") from None
+        if task is not None:
+            return task
+    check_data_present(task_cls, cfg.options, directory, ckpt.config.get("options", {}))
+    return task_cls(seed=cfg.es.seed, device=device, options=cfg.options)

@@ -1,5 +1,5 @@
 """Fitness functions with their models and metrics; ``TASKS`` maps a name to its class."""
-from .base import AbstractTask, NoOptions, member_major
+from .base import AbstractTask, EvaluationStopped, NoOptions, member_major
 from .digits import DigitsTask
 from .lm import LMTask
 from .llm.finetune import LLMTask
@@ -19,5 +19,5 @@ def get_task(name: str) -> type[AbstractTask]:
     return TASKS[name]
 
 
-__all__ = ["AbstractTask", "DigitsTask", "LLMTask", "LMTask", "NoOptions", "PolyTask", "Predict2Task", "RLTask", "TASKS", "XorTask",
-           "get_task", "member_major"]
+__all__ = ["AbstractTask", "DigitsTask", "EvaluationStopped", "LLMTask", "LMTask", "NoOptions", "PolyTask",
+           "Predict2Task", "RLTask", "TASKS", "XorTask", "get_task", "member_major"]

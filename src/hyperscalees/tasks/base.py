@@ -11,7 +11,7 @@ uninterrupted one would.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +35,15 @@ def option(default, help: str, choices=None, metavar: str | None = None):
 ACTIVATION_HELP = "nonlinearity between layers"
 
 
+class EvaluationStopped(Exception):
+    """An evaluation cut short because its run was asked to stop (Ctrl-C, SIGTERM, the time budget).
+
+    Raised by :meth:`AbstractTask.check_stop`. An evaluation calls that before it changes anything
+    it keeps (counters, cached results), so one cut short leaves the task as if it never started:
+    the run's checkpoint and its resume are those of the step before it.
+    """
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """Tasks without options of their own use this empty options dataclass."""
@@ -56,6 +65,12 @@ class AbstractTask:
     target: ClassVar[float | None] = None
     defaults: ClassVar[dict] = {}
     Options: ClassVar[type] = NoOptions
+    # options that say where the input data lives, not what the run is: stored as absolute paths,
+    # they may be given anew (``--data NEW``) to resume, evaluate or use a run whose data has moved
+    # (the task checks, from its saved state, that the data is the same)
+    data_options: ClassVar[tuple[str, ...]] = ()
+    # set by whoever runs the task (the training loop): True when an evaluation should stop now
+    stop_check: Callable[[], bool] | None = None
 
     def __init__(self, seed: int = 0, device: str | torch.device | None = None, options=None):
         self.seed = int(seed)
@@ -94,7 +109,24 @@ class AbstractTask:
         flag defaults shown above are the task's own); nothing by default."""
         return ""
 
+    @classmethod
+    def without_data(cls, seed: int, device, options, state: dict) -> "AbstractTask | None":
+        """The task rebuilt from a run's saved ``state`` without reading its data, enough to use the
+        saved model (``generate``), or None where the state does not hold what that needs; then the
+        task is built as usual (tasks that read no data, and runs saved before a task kept it)."""
+        return None
+
     # -- shared helpers ----------------------------------------------------------------
+    def check_stop(self) -> None:
+        """Raise :class:`EvaluationStopped` when the run was asked to stop.
+
+        Long evaluations call it between their pieces (a window of tokens, an env step), so
+        Ctrl-C or the end of the time budget cuts them within a fraction of a second instead of
+        a whole validation pass later.
+        """
+        if self.stop_check is not None and self.stop_check():
+            raise EvaluationStopped()
+
     def build_model(self) -> nn.Module:
         """The task's model, initialised from ``seed`` only (global RNG left untouched)."""
         with torch.random.fork_rng(devices=[]):

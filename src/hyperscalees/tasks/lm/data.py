@@ -39,6 +39,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .vocabulary import BYTE_PIECES, BYTES, Vocabulary
+
 SKIP_DIRS = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"})
 SEPARATOR = 0  # byte that starts every document of the default corpus
 
@@ -66,36 +68,24 @@ class Corpus:
     def is_bytes(self) -> bool:
         return self.vocab_size == 256 and self.info.get("format") != "tokens"
 
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """How its ids map to bytes (what a trained model needs of the data, saved with every checkpoint)."""
+        return BYTES if self.is_bytes else Vocabulary(tuple(self.pieces), is_bytes=False)
+
     def token_bytes(self) -> Tensor:
         """(V,) byte length of every token (1 for byte data)."""
-        return torch.tensor([len(p) for p in self.pieces], dtype=torch.float64)
+        return self.vocabulary.token_bytes()
 
     def decode(self, ids) -> str:
-        return b"".join(self.pieces[int(i)] for i in ids).decode("utf-8", errors="replace")
+        return self.vocabulary.decode(ids)
 
     def encode(self, text: str) -> list[int]:
         """Bytes for byte data; for token data, greedy longest match over the vocabulary's pieces."""
-        raw = text.encode("utf-8")
-        if self.is_bytes:
-            return list(raw)
-        index: dict[bytes, int] = {}
-        for i, p in enumerate(self.pieces):
-            if p and p not in index:
-                index[p] = i
-        longest = max((len(p) for p in index), default=1)
-        ids, i = [], 0
-        while i < len(raw):
-            for n in range(min(longest, len(raw) - i), 0, -1):
-                if raw[i:i + n] in index:
-                    ids.append(index[raw[i:i + n]])
-                    i += n
-                    break
-            else:
-                raise DataError(f"the prompt byte {raw[i]!r} at offset {i} has no token in the vocabulary")
-        return ids
-
-
-BYTE_PIECES = tuple(bytes([b]) for b in range(256))
+        try:
+            return self.vocabulary.encode(text)
+        except ValueError as e:
+            raise DataError(str(e)) from None
 
 
 def check_fractions(val_fraction: float, test_fraction: float) -> None:

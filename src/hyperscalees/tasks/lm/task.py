@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from ...models.registry import LM_MODELS, build_lm
 from ..base import AbstractTask, check_options, option
 from .data import Corpus, DataError, load_corpus
+from .vocabulary import Vocabulary
 from .metrics import baselines, token_bits
 from .sampling import check_sampling, generate
 
@@ -163,20 +164,16 @@ class LMTask(AbstractTask):
     defaults = {"population": 128, "sigma": 0.02, "rank": 1, "lr": 0.01, "optimizer": "adam", "steps": 100000,
                 "eval_every": 500}
     Options = LMOptions
+    data_options = ("data",)
 
-    def __init__(self, seed=0, device=None, options=None):
+    def __init__(self, seed=0, device=None, options=None, vocabulary: Vocabulary | None = None):
+        """``vocabulary``: build the task for a saved model only (:meth:`without_data`): it builds the
+        model and turns text into ids and back, reads no data, and can neither train nor evaluate."""
         super().__init__(seed, device, options)
-        o = self.options
-        self.corpus: Corpus = load_corpus(o.data or None, o.val_fraction, o.max_bytes, o.test_fraction)
-        if self.corpus.info.get("note"):  # part of the data is unused: say so, once, before training starts
-            print(f"note: {self.corpus.info['note']}", file=sys.stderr)
-        n = self.corpus.train.numel()
-        self.seg = n // o.streams
-        if self.seg < o.window + 1:
-            raise DataError(f"window {o.window} (+1 target) is longer than each of the {o.streams} training streams "
-                            f"({self.seg} tokens of {n}); use a smaller --window or fewer --streams")
-        self.windows = (self.seg - 1) // o.window                          # W: windows per pass
-        self.token_bytes = self.corpus.token_bytes().to(self.device)
+        self.corpus: Corpus | None = None
+        self.vocabulary = vocabulary
+        if vocabulary is None:
+            self._read_data()
         self.target = None
         self._baselines: dict | None = None
         self._evals = 0
@@ -186,9 +183,30 @@ class LMTask(AbstractTask):
         self._bp_state = None                                              # backprop reference only
         self._tokens = 0                                                   # read by fitness since progress()
 
+    def _read_data(self) -> None:
+        o = self.options
+        self.corpus = load_corpus(o.data or None, o.val_fraction, o.max_bytes, o.test_fraction)
+        if self.corpus.info.get("note"):  # part of the data is unused: say so, once, before training starts
+            print(f"note: {self.corpus.info['note']}", file=sys.stderr)
+        self.vocabulary = self.corpus.vocabulary
+        n = self.corpus.train.numel()
+        self.seg = n // o.streams
+        if self.seg < o.window + 1:
+            raise DataError(f"window {o.window} (+1 target) is longer than each of the {o.streams} training streams "
+                            f"({self.seg} tokens of {n}); use a smaller --window or fewer --streams")
+        self.windows = (self.seg - 1) // o.window                          # W: windows per pass
+        self.token_bytes = self.corpus.token_bytes().to(self.device)
+
+    @classmethod
+    def without_data(cls, seed, device, options, state: dict) -> "LMTask | None":
+        """The task for the saved model, from the vocabulary the checkpoint holds (None for a run saved
+        before checkpoints kept it: its data must be read)."""
+        saved = (state or {}).get("vocabulary")
+        return None if saved is None else cls(seed, device, options, vocabulary=Vocabulary.from_state(saved))
+
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
-        return build_lm(self.options.model, self.corpus.vocab_size, **model_sizes(self.options))
+        return build_lm(self.options.model, self.vocabulary.size, **model_sizes(self.options))
 
     def es_options(self, model: nn.Module) -> dict:
         """The model's parameter groups (e.g. a larger σ for an integer model's vectors)."""
@@ -292,11 +310,13 @@ class LMTask(AbstractTask):
         return self._baselines
 
     def score(self, model: nn.Module, streams: Tensor) -> tuple[float, float, int]:
-        """(bits, bytes, targets) of the model on (E, L) streams, read ``window`` tokens at a time."""
+        """(bits, bytes, targets) of the model on (E, L) streams, read ``window`` tokens at a time;
+        a stop request (:meth:`check_stop`) cuts it short between two windows."""
         streams, t = streams.to(self.device), self.options.window
         bits = nbytes = 0.0
         count, state = 0, None
         for j in range(0, streams.shape[1] - 1, t):
+            self.check_stop()
             x = streams[:, j:j + t]
             y = streams[:, j + 1:j + t + 1]
             x = x[:, :y.shape[1]]
@@ -373,14 +393,15 @@ class LMTask(AbstractTask):
         return {"data_sha256": self.corpus.info.get("sha256"), "data_split": split, "evals": self._evals,
                 "start_step": -1 if start is None else start[0],
                 "state": [] if st is None else ([st] if isinstance(st, Tensor) else list(st)),
-                "state_is_tensor": isinstance(st, Tensor)}
+                "state_is_tensor": isinstance(st, Tensor),
+                "vocabulary": self.vocabulary.to_state()}  # generate needs it, and nothing else of the data
 
     def load_state_dict(self, state: dict) -> None:
-        if not state:
+        if not state or self.corpus is None:  # a task for the saved model only: no data, no streams
             return
         if state["data_sha256"] != self.corpus.info.get("sha256"):
             raise ValueError(f"the data differs from the run's (sha256 {state['data_sha256']} vs "
-                             f"{self.corpus.info.get('sha256')}): resume on the same data")
+                             f"{self.corpus.info.get('sha256')}): give the data the run was trained on")
         self._evals = int(state["evals"])
         parts = [t.to(self.device) for t in state["state"]]
         self._pending = None

@@ -193,13 +193,25 @@ class RLTask(AbstractTask):
             return {**self._last_eval, "env_steps": self.env_steps, "evaluated": 0, "eval_s": self.eval_seconds}
         n = self.options.eval_episodes
         with torch_threads(self.options.threads):
-            res = evaluate_policy(model, self._env(n), evaluation_keys(self.seed, n), self.eval_max_steps)
+            res = evaluate_policy(self._stoppable(model), self._env(n), evaluation_keys(self.seed, n),
+                                  self.eval_max_steps)
         self.eval_seconds += res.pop("seconds")
         if not every:      # the metrics stay a function of the run (no clock reading): runs compare bit for bit
             return {**res, "env_steps": self.env_steps}
         self._next_eval = (self.env_steps // every + 1) * every
         self._last_eval = res
         return {**res, "env_steps": self.env_steps, "evaluated": 1, "eval_s": self.eval_seconds}
+
+    def _stoppable(self, model: nn.Module):
+        """The policy, checking for a stop request before every batched env step (an evaluation of many
+        long episodes is cut within one step of Ctrl-C or the time budget, never half-counted)."""
+        if self.stop_check is None:
+            return model
+
+        def act(obs):
+            self.check_stop()
+            return model(obs)
+        return act
 
     def render(self, model: nn.Module, path, episodes: int = 1, every: int = 1):
         """The first ``episodes`` evaluation episodes as a GIF at ``path`` (tasks/rl/render.py)."""
