@@ -187,3 +187,19 @@ def test_evaluation_cadence_in_env_steps_and_its_time():
     every = RLTask(seed=0, options={"eval_episodes": 4})             # off: every call evaluates, no clock in it
     assert every.evaluate(model) == every.evaluate(model) and "eval_s" not in every.evaluate(model)
     assert every.eval_seconds > 0
+
+
+def test_a_stop_request_cuts_an_evaluation_within_an_env_step_and_changes_nothing():
+    """What Ctrl-C or the end of the time budget does to a long evaluation (issue 19): it stops
+    within one batched env step and the task keeps what it had (its next evaluation is unchanged)."""
+    from hyperscalees.tasks import EvaluationStopped
+    task = RLTask(seed=0, options={"env": "Pendulum-v1", "eval_episodes": 4, "eval_every_env_steps": 1000})
+    model = task.build_model()
+    calls = []
+    task.stop_check = lambda: calls.append(1) or len(calls) > 5    # asked to stop at the 6th env step
+    with pytest.raises(EvaluationStopped):
+        task.evaluate(model)
+    assert len(calls) == 6                                           # of 200 env steps per episode
+    assert task.state_dict()["next_eval"] == 0 and task.eval_seconds == 0
+    task.stop_check = None
+    assert task.evaluate(model)["evaluated"] == 1                    # the same evaluation, whole
