@@ -8,8 +8,8 @@ several invocations (e.g. CartPole in one, Pendulum in another, a method's extra
 land in the same folder; this reads them all back and reports them as one `bench rl` would
 (:func:`hyperscalees.benchmarks.rl.summarize_env` and :func:`build_report`, nothing recomputed
 differently). Every record must share one budget and thread count. `environment` in the output is
-this process's (its load is the load when the report was built, not when the runs ran: each run's
-record keeps its own `load_before` / `load_after`).
+this process's torch and machine, with the runs' thread count and the range of the 1-minute load
+average the runs started under (`load_avg_1m_runs`: min, max of the records' `load_before`).
 """
 from __future__ import annotations
 
@@ -48,6 +48,10 @@ def main(argv=None) -> int:
     notes = [rl.plot_curves(results, args.plot)] if args.plot else []
     notes += [f"every run's record: {args.runs_dir}/ENV_METHOD_seedS.json", *args.note]
     report = rl.build_report(results, budget, threads, notes)
+    loads = [r["load_before"] for e in envs.values() for rs in e.values() for r in rs if "load_before" in r]
+    env = {k: v for k, v in report.summary["environment"].items() if not k.startswith("load")}
+    report.summary["environment"] = {**env, "threads": threads,
+                                     "load_avg_1m_runs": [round(min(loads), 2), round(max(loads), 2)] if loads else None}
     text = report.table() + "\n" + report.to_json() + "\n"
     print(text, end="")
     if args.out:
