@@ -133,8 +133,8 @@ def figures(path: Path) -> list[str]:
             summary.append((key, value))
         elif line.startswith("$ "):
             out += ["", "```text", line, "```"]
-        elif line.startswith("{") and '"metrics"' in line:
-            obj = json.loads(line)
+        elif line.startswith("{") and '"metrics"' in line and isinstance(json.loads(line).get("metrics"), dict):
+            obj = json.loads(line)  # a run's --json summary (a bench report nests them: not this table)
             cells = {"steps": obj.get("steps"), "stopped": obj.get("stopped"), **obj.get("metrics", {}),
                      "wall_time": obj.get("wall_time")}
             out += ["", table_md([(k, fmt(v)) for k, v in cells.items()])]
