@@ -50,6 +50,8 @@ HELP = {
     "momentum": "SGD momentum in [0, 1) (sgd only)",
     "lr_decay": "multiply lr by this after every step, in (0, 1]",
     "sigma_decay": "multiply σ by this after every step, in (0, 1]",
+    "fp32_masters": "bf16/fp16 weights are stepped through fp32 master copies; --no-fp32-masters adds each step "
+                    "to the rounded weights (metrics' update_landed shows what rounding threw away)",
     "tie_sigma_growth": "after a step whose antithetic pairs all tie (no update), multiply σ by this until "
                         "a step does not tie (>= 1; 1: off; one host read per step when on)",
     "noise_reuse": "steps sharing one noise draw (0: one draw for the whole run)",
