@@ -8,8 +8,9 @@ several invocations (e.g. CartPole in one, Pendulum in another, a method's extra
 land in the same folder; this reads them all back and reports them as one `bench rl` would
 (:func:`hyperscalees.benchmarks.rl.summarize_env` and :func:`build_report`, nothing recomputed
 differently). Every record must share one budget and thread count. `environment` in the output is
-this process's torch and machine, with the runs' thread count and the range of the 1-minute load
-average the runs started under (`load_avg_1m_runs`: min, max of the records' `load_before`).
+this process's torch and machine, with the runs' thread count and the range of the records' 1-minute
+`load_before` (`load_avg_1m_runs`: min, max; bench rl reads it as each run returns, so it is the load
+at the end of each run).
 """
 from __future__ import annotations
 
