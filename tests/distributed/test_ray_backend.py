@@ -77,16 +77,19 @@ def test_ctrl_c_during_rays_start_up_stops_at_once_and_leaves_no_ray_process(tmp
     env = {**os.environ, "HOME": home, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "hyperscalees", "train", "xor", "--steps", "1000", "--backend", "ray", "--workers",
            "2", "--temp-dir", temp, "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout_file, stderr_file = tmp_path / "stdout", tmp_path / "stderr"   # files: a pipe's end may outlive us
+    with open(stdout_file, "w") as so, open(stderr_file, "w") as se:
+        proc = subprocess.Popen(cmd, env=env, stdout=so, stderr=se)
     try:
         deadline = time.monotonic() + 120
         while not glob.glob(f"{temp}/session_*") and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)                            # Ray makes its session directory early in ray.init
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert proc.poll() is None, stderr_file.read_text()[-2000:]
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        proc.wait(60)
         took = time.monotonic() - sent
+        stdout, stderr = stdout_file.read_text(), stderr_file.read_text()
         assert proc.returncode == 130, stderr[-2000:]
         assert stderr.strip().splitlines()[-1] == ("interrupted by SIGINT while starting the ray backend: stopped at "
                                                    "once; the last committed checkpoint, if any, is intact")

@@ -9,6 +9,7 @@ from run_helpers import assert_same_run, start_cli, wait_for_rows
 from hyperscalees.cli.main import main
 from hyperscalees.distributed import LocalBackend
 from hyperscalees.engine import load_checkpoint, make_config, run
+from hyperscalees.engine.interrupt import Interrupted, StopRequest
 from hyperscalees.tasks import XorTask
 
 pytestmark = pytest.mark.usefixtures("no_plot")
@@ -82,3 +83,41 @@ def test_a_second_signal_in_process_exits_at_once(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert code == 130 and "stopped at once" in err
     assert not (tmp_path / "checkpoint.json").exists()  # nothing was committed before the abort
+
+
+# -- a wait that cannot poll the request (Ray's start-up): the first signal stops it at once ----------
+def test_within_at_once_the_first_signal_raises_naming_what_it_cut():
+    with StopRequest() as stop:
+        with pytest.raises(Interrupted) as caught:
+            with stop.at_once("while starting the test backend"):
+                signal.raise_signal(signal.SIGTERM)
+                time.sleep(5)
+    assert caught.value.signum == signal.SIGTERM and caught.value.during == "while starting the test backend"
+
+
+class _Swallows:
+    """Raises the signal in ``__del__``, whose exceptions Python ignores (as it does an at-fork hook's:
+    the first Python code a signal that came during one of Ray's forks meets)."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_a_signal_whose_exception_a_callback_swallowed_is_raised_again():
+    with StopRequest() as stop:
+        t0 = time.perf_counter()
+        with pytest.raises(Interrupted) as caught:
+            with stop.at_once("while starting"):
+                _Swallows()               # deleted at once: the handler's exception is lost in __del__
+                time.sleep(5)             # the signal, sent again, interrupts this
+    assert time.perf_counter() - t0 < 2 and caught.value.during == "while starting"
+
+
+def test_a_signal_still_lost_is_raised_when_the_wait_ends():
+    with StopRequest() as stop:
+        with pytest.raises(Interrupted):
+            with stop.at_once("while starting"):
+                try:
+                    signal.raise_signal(signal.SIGINT)
+                except Interrupted:       # code under way that ate it
+                    pass

@@ -139,7 +139,8 @@ def test_a_time_budget_ending_mid_validation_ends_the_run_there(tmp_path, data, 
     out, budget, opts = tmp_path / "run", 3.0, options(data)
     clock = FakeClock(monkeypatch, per_step=0.01, per_window=0.2)
     t0, finals, real_final = clock.now, [], LMTask.final_evaluate
-    monkeypatch.setattr(LMTask, "final_evaluate", lambda task, model: finals.append(clock.now) or real_final(task, model))
+    monkeypatch.setattr(LMTask, "final_evaluate",
+                        lambda task, model: finals.append(clock.now) or real_final(task, model))
     cfg = make_config("lm", es=ES, engine={"steps": 100, "eval_every": 2, "time_budget": budget, "out": str(out)},
                       options=opts)
     summary = run(cfg, LocalBackend)

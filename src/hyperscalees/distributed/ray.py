@@ -132,10 +132,10 @@ def _own_signal_handlers(ray) -> Iterator[None]:
     """Keep this process's SIGINT and SIGTERM handlers through ``ray.init``.
 
     ``ray.init`` replaces the driver's SIGTERM handler with ``sys.exit``, and its core worker then
-    installs a crash handler for SIGTERM in C: a SIGTERM to a running Ray run aborted the process
-    (exit -6, no checkpoint) instead of ending it after the step with one. Ray's Python installer
-    is a no-op meanwhile (so a signal during the start-up reaches the run's handler), and the
-    handlers in place before are put back afterwards (``signal.signal`` replaces the C one too).
+    installs a crash handler for SIGTERM in C: left so, a SIGTERM to a running Ray run would abort
+    the process (exit -6, no checkpoint) instead of ending it after the step with one. Ray's Python
+    installer is a no-op meanwhile (so a signal during the start-up reaches the run's handler), and
+    the handlers in place before are put back afterwards (``signal.signal`` replaces the C one too).
     """
     if threading.current_thread() is not threading.main_thread():
         yield

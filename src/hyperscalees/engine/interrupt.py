@@ -16,11 +16,14 @@ Waits that cannot poll the request (Ray's start-up blocks for seconds inside C) 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from typing import Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+RESEND_SECONDS = 0.05  # a signal whose exception a callback swallowed is sent again this much later
 
 
 class Interrupted(KeyboardInterrupt):
@@ -63,12 +66,39 @@ class StopRequest:
     @contextlib.contextmanager
     def at_once(self, during: str) -> Iterator[None]:
         """Within it the first signal raises :class:`Interrupted` too (``during``: what it cuts short,
-        e.g. "while starting the ray backend"): for a wait that cannot poll :attr:`requested`."""
+        e.g. "while starting the ray backend"): for a wait that cannot poll :attr:`requested`.
+
+        A handler's exception is lost when it is raised inside a callback that swallows errors:
+        after each fork, Python runs its at-fork hooks (``logging``'s among them), the first Python
+        code a signal that came during the fork meets, and Ray forks a dozen processes as it
+        starts. Such a loss is reported to ``sys.unraisablehook``; the signal is then sent again a
+        moment later (from a timer thread: a handler run inside the hook would be lost the same
+        way), so its exception is raised anew where it can propagate. Should one still be lost,
+        leaving the section raises it.
+        """
         self._at_once = during
+        previous = sys.unraisablehook
+
+        def resend(signum: int) -> None:
+            if self._at_once is not None:  # still starting: nothing has stopped it yet
+                os.kill(os.getpid(), signum)
+
+        def raise_again(unraisable) -> None:
+            if isinstance(unraisable.exc_value, Interrupted) and self._at_once is not None:
+                timer = threading.Timer(RESEND_SECONDS, resend, (unraisable.exc_value.signum,))
+                timer.daemon = True
+                timer.start()
+            else:
+                previous(unraisable)
+
+        sys.unraisablehook = raise_again
         try:
             yield
         finally:
+            sys.unraisablehook = previous
             self._at_once = None
+        if self.signum is not None:  # it came, but its exception never reached here
+            raise Interrupted(self.signum, during)
 
     def _handle(self, signum: int, frame) -> None:
         first = self.signum is None

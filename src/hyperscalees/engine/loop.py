@@ -144,8 +144,8 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                 if out_of_time and es.step < eng.steps:
                     stopped = "time_budget"
                     break
-            if evals.step != es.step and evals.cut is None and evals.stop_reason() is None:
-                evals.run(es.step)  # nothing ran (a resume at its last step): evaluate what is saved
+            if evals.step != es.step and evals.cut is None:  # nothing ran (a resume at its last step), or
+                evals.run(es.step)                             # a signal came between two steps
             metrics = {**evals.metrics, **evals.final()}  # once per run: the test split
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
@@ -284,8 +284,8 @@ def _resume(es, task: AbstractTask, cfg: TrainConfig) -> None:
         raise
     old, new = _parse_config(ckpt.config, directory).to_dict(), cfg.to_dict()
     diff = [k for k in ("task", "strategy") if old.get(k) != new[k]]
-    diff += [] if old["task"] != new["task"] or same_run_options(new["task"], old["options"], new["options"]) \
-        else ["options"]
+    if not same_run_options(new["task"], old.get("options", {}), new["options"]):  # the data may have moved
+        diff.append("options")
     diff += [f"es.{k}" for k in new["es"] if old.get("es", {}).get(k) != new["es"][k]]
     if diff:
         detail = ", ".join(f"{k}: checkpoint {_get(old, k)!r} vs now {_get(new, k)!r}" for k in diff)

@@ -31,9 +31,10 @@ def check_data_present(task_cls: type[AbstractTask], options: dict, directory, r
         if not path or os.path.exists(path):
             continue
         saved = (recorded or {}).get(name, path)
-        shown = repr(path) if saved == path else f"{saved!r} (recorded relative to where the run started; from here {path!r})"
-        raise FileNotFoundError(f"data has moved: {shown}, the data of the run in {str(directory)!r}, no longer exists; "
-                                f"pass {flag(name)} NEW (the same data at its new place)")
+        shown = repr(path) if saved == path else \
+            f"{saved!r} (recorded relative to where the run started; from here {path!r})"
+        raise FileNotFoundError(f"data has moved: {shown}, the data of the run in {str(directory)!r}, no longer "
+                                f"exists; pass {flag(name)} NEW (the same data at its new place)")
 
 
 def relocated(cfg: TrainConfig, paths: dict[str, str]) -> TrainConfig:

@@ -39,8 +39,8 @@ class EvaluationStopped(Exception):
     """An evaluation cut short because its run was asked to stop (Ctrl-C, SIGTERM, the time budget).
 
     Raised by :meth:`AbstractTask.check_stop`. An evaluation calls that before it changes anything
-    it keeps (counters, cached results), so one cut short leaves the task as if it never started:
-    the run's checkpoint and its resume are those of the step before it.
+    it keeps (counters, cached results), so one cut short leaves the task as if it never began: the
+    checkpoint written next holds the step's own state, and resuming it is exact.
     """
 
 
