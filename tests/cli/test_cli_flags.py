@@ -20,12 +20,16 @@ ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 
              "noise_cache_mib": ("16.5", 16.5), "group_fitness": ("per_group", "per_group"),
              "update_rule": ("optimizer", "optimizer"),
              "deterministic": (None, False), "update_precision": ("bf16", "bf16"),
-             "tie_sigma_growth": ("2.5", 2.5)}
+             "tie_sigma_growth": ("2.5", 2.5), "fp32_masters": (None, False)}
 ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
                  "checkpoint_every": ("2", 2), "checkpoint_minutes": ("2.5", 2.5), "out": ("runs/x", "runs/x"),
                  "resume": ("runs/y", "runs/y"), "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64),
                  "overwrite": (None, True), "tensorboard": ("runs/tb", "runs/tb")}
-OPTION_VALUES = {"hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
+OPTION_VALUES = {"task": ("arithmetic", "arithmetic"), "task_options": ('{"max_numbers": 3}', '{"max_numbers": 3}'),
+                 "reward": ("r.py:score", "r.py:score"), "reward_timeout": ("2.5", 2.5), "prompts": ("3", 3),
+                 "max_new_tokens": ("17", 17), "stop": ("END", "END"), "eval_prompts": ("7", 7),
+                 "dtype": ("bfloat16", "bfloat16"), "evolve": ("*.q_proj.weight", "*.q_proj.weight"),
+                 "hidden": ("5", 5), "activation": ("relu", "relu"), "batch": ("9", 9), "points": ("11", 11),
                  "holdout": ("0.3", 0.3), "env": ("Pendulum-v1", "Pendulum-v1"), "episodes": ("3", 3),
                  "layers": ("1", 1), "max_steps": ("50", 50), "eval_episodes": ("7", 7), "normalize": (None, False),
                  "eval_max_steps": ("60", 60), "starts": ("pair", "pair"), "eval_every_env_steps": ("5000", 5000),
