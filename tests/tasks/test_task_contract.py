@@ -13,9 +13,13 @@ OPTIONS = {"rl": {"env": "Pendulum-v1", "eval_episodes": 4, "starts": "step"},  
                   "eval_tokens": 256, "sample_every": 0}}
 
 
+# llm needs a pretrained model folder: its contract is tested in tests/llm/test_train_llm.py
+CONTRACT = sorted(n for n in TASKS if n != "llm")
+
+
 @pytest.fixture(scope="module")
 def tasks():
-    return {name: cls(seed=3, options=OPTIONS.get(name)) for name, cls in TASKS.items()}
+    return {name: cls(seed=3, options=OPTIONS.get(name)) for name, cls in TASKS.items() if name in CONTRACT}
 
 
 def per_member(f):
@@ -23,7 +27,7 @@ def per_member(f):
     return f if f.dim() == 1 else f.mean(dim=1)
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("name", CONTRACT)
 def test_fitness_shape_and_identical_inputs_across_members_and_chunks(tasks, name):
     """Unperturbed, every member sees the same data, so all scores are equal -- also across chunks."""
     task = tasks[name]
@@ -36,7 +40,7 @@ def test_fitness_shape_and_identical_inputs_across_members_and_chunks(tasks, nam
     assert torch.isfinite(a).all()
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("name", CONTRACT)
 def test_antithetic_twins_differ_only_by_sign(tasks, name):
     """With noise on, twins 2k/2k+1 share data: their mean score moves only at second order in σ."""
     task = tasks[name]
@@ -51,7 +55,7 @@ def test_antithetic_twins_differ_only_by_sign(tasks, name):
     assert (pair_mean - base).abs().max() < 0.1 * spread + 1e-6
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("name", CONTRACT)
 def test_evaluate_reports_its_metric_and_model_is_seeded(tasks, name):
     cls = TASKS[name]
     task = tasks[name]
