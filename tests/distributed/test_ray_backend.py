@@ -305,6 +305,20 @@ def test_rl_with_observation_statistics_on_ray_equals_the_local_run(ray_cluster,
     assert out["ray"]["backend"]["workers"] == 2
 
 
+def test_restarts_after_a_stall_on_ray_equal_the_local_run(ray_cluster, tmp_path, no_plot):
+    """A restart re-draws the driver's weights and every worker loads them: after 7 steps with two
+    restarts (steps 4 and 7 begin anew) the Ray run's weights equal the in-process run's."""
+    es = {"seed": 2, "population": 16}
+    engine = {"steps": 7, "chunk": 4, "eval_every": 1, "restart_patience": 2, "restart_min_delta": 1e9}
+    out = {}
+    for name, backend in (("ray", lambda r, chunk: RayBackend(r, workers=2, hash_every=1, chunk=chunk)),
+                          ("local", LocalBackend)):
+        out[name] = run(make_config("predict2", es=es, engine={**engine, "out": str(tmp_path / name)}), backend)
+    assert out["ray"]["restarts"] == out["local"]["restarts"] == 2
+    assert_same_params(params(tmp_path / "ray"), params(tmp_path / "local"))
+    assert out["ray"]["backend"]["rejected"] == out["ray"]["backend"]["drift_repairs"] == 0  # none a draw behind
+
+
 def readme_block(heading: str) -> str:
     """The first ```python block under the README heading ``heading``."""
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()

@@ -33,7 +33,8 @@ from .base import (StoreExplicit, add_dataclass_flags, collect, explicit, fail, 
 TRAINERS = ("es", "backprop")
 BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
 # the rest is about this invocation
-RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "checkpoint_minutes", "chunk")
+RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "checkpoint_minutes", "chunk", "restart_patience",
+                  "restart_min_delta")
 # choices read from the registries when the flags are built (a registered rule or shaping appears)
 ES_CHOICES = {"optimizer": lambda: tuple(OPTIMIZERS), "shaping": lambda: tuple(sorted(SHAPINGS)),
               "distribution": DISTRIBUTIONS, "estimator": ESTIMATORS, "group_fitness": GROUP_FITNESS,
@@ -68,6 +69,10 @@ HELP = {
     "eval_every": "held-out metrics every K steps",
     "checkpoint_every": "checkpoint every K steps (0: by time, --checkpoint-minutes)",
     "checkpoint_minutes": "also checkpoint whenever MINUTES of wall time passed since the last one (0: never)",
+    "restart_patience": "re-draw the weights and start the update rule afresh after K steps without a better "
+                        "evaluation, unless the task's target is reached (0: never)",
+    "restart_min_delta": "an evaluation is better only if it beats the best since the last (re)start by more than "
+                         "this (task metric units)",
     "out": "run directory for checkpoints, metrics and curve.png (default: none, nothing is saved)",
     "resume": "continue the run saved in DIR; flags not given here keep that run's values",
     "device": "torch device (default: cuda if available, else cpu)", "json": "print one JSON summary line",
@@ -93,7 +98,8 @@ HELP = {
 }
 METAVARS = {"checkpoint_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
             "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
-            "steps": "N", "chunk": "N", "device": "DEVICE", "tensorboard": "DIR"}
+            "steps": "N", "chunk": "N", "device": "DEVICE", "tensorboard": "DIR", "restart_patience": "K",
+            "restart_min_delta": "DELTA"}
 
 
 def register(subparsers) -> None:
@@ -148,6 +154,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                                      collect(args, "options"))
     typed = explicit(args)
     es.update({k: v for k, v in get_task(args.task).model_es_defaults(options).items() if f"es.{k}" not in typed})
+    engine.update({k: v for k, v in get_task(args.task).engine_defaults(options).items()
+                   if f"engine.{k}" not in typed})
     minutes = getattr(args, "run.budget_minutes", None)
     if minutes is not None:
         if "engine.time_budget" in typed:
@@ -180,7 +188,9 @@ def run(args: argparse.Namespace) -> int:
         backend = backend_from_args(args)
     except (ValueError, TypeError) as e:
         return fail(prog, str(e))
-    from_model = {f"es.{k}" for k in get_task(args.task).model_es_defaults(cfg.options)}  # chosen for the model
+    task_cls = get_task(args.task)
+    from_model = ({f"es.{k}" for k in task_cls.model_es_defaults(cfg.options)}  # chosen for the model / env
+                  | {f"engine.{k}" for k in task_cls.engine_defaults(cfg.options)})
     notes = start_notes(cfg, explicit(args) | from_model)
     # stdout carries the summary alone: what Ray's workers (or anything else) print goes to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if cfg.engine.json or getattr(args, "run.backend") != "local" \

@@ -57,6 +57,10 @@ class AbstractBackend:
         self.last_fitness = fitness  # (P,) or (P, G) raw scores of the step just taken, on the device
         return self.update(self.es.shape(fitness)) | fitness_stats(fitness)
 
+    def reload(self) -> None:
+        """The driver's model or strategy changed outside an update (a restart): replicas take its
+        state. In-process there is nothing else to change."""
+
     def report(self) -> dict:
         """What the backend counted over the run (workers, retries, bytes); {} in-process."""
         return {}

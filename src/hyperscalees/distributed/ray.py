@@ -361,6 +361,16 @@ class RayBackend(AbstractBackend):
             self.bytes_out += len(message)
         return metrics
 
+    def reload(self) -> None:
+        """Every worker loads the driver's state after what it has queued (an actor runs its calls in
+        order); a worker started later is spawned from it anyway."""
+        if not self.started:
+            return
+        self._state = (None, None)  # the same step, another state: put it again
+        ref = self._state_ref()
+        for slot, actor in self.actors.items():
+            self.updates.append((slot, self.generation[slot], actor.load.remote(ref)))
+
     def _drain_updates(self) -> None:
         """Read the updates that have finished (errors of dead workers surface in evaluate)."""
         if not self.updates:

@@ -35,6 +35,8 @@ class EngineConfig:
     chunk: int | None = None            # members evaluated per forward (even); None: all at once
     overwrite: bool = False             # replace a run already in `out` instead of refusing
     tensorboard: str | None = None      # also log each step's metric row as TensorBoard scalars here
+    restart_patience: int = 0           # restart after this many steps without a better evaluation (0: never)
+    restart_min_delta: float = 0.0      # "better": by more than this, in the task metric's units
 
     def __post_init__(self):
         if self.steps < 0:
@@ -47,6 +49,10 @@ class EngineConfig:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every!r}")
         if not (math.isfinite(self.checkpoint_minutes) and self.checkpoint_minutes >= 0):
             raise ValueError(f"checkpoint_minutes must be a finite number >= 0, got {self.checkpoint_minutes!r}")
+        if self.restart_patience < 0:
+            raise ValueError(f"restart_patience must be >= 0 steps (0: never restart), got {self.restart_patience!r}")
+        if not (math.isfinite(self.restart_min_delta) and self.restart_min_delta >= 0):
+            raise ValueError(f"restart_min_delta must be a finite number >= 0, got {self.restart_min_delta!r}")
         if self.chunk is not None and (self.chunk < 2 or self.chunk % 2):
             raise ValueError(f"chunk must be an even number >= 2 (whole antithetic pairs), got {self.chunk!r}")
         if self.device is not None:
@@ -146,6 +152,8 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
     bad = sorted(set(es) - es_fields)
     if bad:
         raise ValueError(f"unknown ES setting(s) {bad}; choose from {sorted(es_fields)}")
+    for k, v in task_cls.engine_defaults(options).items():
+        engine.setdefault(k, v)
     if engine.get("steps") is None:
         engine["steps"] = task_cls.defaults.get("steps", EngineConfig.steps)
     if engine.get("eval_every") is None and "eval_every" in task_cls.defaults:

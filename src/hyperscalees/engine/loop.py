@@ -13,6 +13,7 @@ A run loses nothing it has committed: checkpoints are committed by one rename
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import time
 from dataclasses import asdict
@@ -35,6 +36,7 @@ from .interrupt import StopRequest, signal_name
 from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
 from .recipe import TaskRecipe
 from .relocate import check_data_present, check_resumed_data, relocated, same_run_options
+from .restarts import StallRestarts, restart
 from .tensorboard import TensorBoardSink
 from .run_dir import Replacement, holds_anything, refuse_nonempty, remove_empty_failed
 
@@ -98,8 +100,12 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
         stack.callback(backend.close)
         es, task = backend.es, backend.fitness.task
         model = es.model
+        restarts = StallRestarts(eng.restart_patience, eng.restart_min_delta, task.goal) \
+            if eng.restart_patience else None
         if eng.resume:
-            _resume(es, task, cfg)  # before the first step: workers start from the resumed state
+            meta = _resume(es, task, cfg)  # before the first step: workers start from the resumed state
+            if restarts is not None:
+                restarts.load_state_dict(meta.get("restarts") or {})
         if out:
             remove_orphans(out)  # the files of a save a kill interrupted
         logger = MetricsLogger(out, task.metric_names(), es.step) if out else None
@@ -119,6 +125,10 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                                    disable=eng.json or not sys.stderr.isatty()) as bar:
             while es.step < eng.steps and not stop.requested:
                 ts = time.perf_counter()
+                restarted = restarts is not None and restarts.due
+                if restarted:  # the last evaluation stalled (engine/restarts.py)
+                    restart(es, task, backend, restarts.count + 1)
+                    restarts.restarted(es.step)
                 stats = dict(backend.step())  # read: one sync
                 _check_finite(model, es.step, out)
                 _check_population(stats, backend.last_fitness.numel(), es.step, out)
@@ -127,8 +137,12 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                 out_of_time = _out_of_time(deadline, step_time, evals.reserve(), due)
                 last = es.step >= eng.steps or out_of_time or stop.requested
                 row = {**stats, "time": round(time.perf_counter() - t0, 4)}
+                if restarted:
+                    row["restarts"] = restarts.count  # this step began from a new draw
                 if (due or last) and evals.run(es.step):
                     row.update(evals.metrics)
+                    if restarts is not None:
+                        _observe(restarts, task, evals.metrics, es.step)
                 out_of_time = out_of_time or evals.past_deadline()  # a validation ran into the deadline
                 if logger:
                     logger.log(row)
@@ -139,7 +153,7 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                                 **{task.metric: f"{evals.metrics.get(task.metric, float('nan')):.4g}"},
                                 **task.progress(step_time))
                 if out and not (last or out_of_time) and _checkpoint_due(eng, es.step, saved_at):
-                    save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict())
+                    save_checkpoint(out, es, cfg.to_dict(), task_state=task.state_dict(), extra=_extra(restarts))
                     out, saved_at = _swap_in(replacing, logger, out), time.perf_counter()
                 if out_of_time and es.step < eng.steps:
                     stopped = "time_budget"
@@ -149,7 +163,10 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
             metrics = {**evals.metrics, **evals.final()}  # once per run: the test split
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
-        summary = _finish(cfg, task, es, out, metrics, stopped, t0, commit=partial(_swap_in, replacing, logger))
+        summary = _finish(cfg, task, es, out, metrics, stopped, t0, commit=partial(_swap_in, replacing, logger),
+                          extra=_extra(restarts))
+        if restarts is not None:
+            summary["restarts"] = restarts.count
         summary["metrics_step"] = evals.step
         summary["signal"] = signal_name(stop.signum) if stop.requested else None
         summary["notes"] += evals.notes(es.step) + (replacing.notes if replacing else [])
@@ -251,11 +268,25 @@ def _kept(out: Path | None) -> str:
             else "no checkpoint had been written")
 
 
+def _observe(restarts: StallRestarts, task: AbstractTask, metrics: dict, step: int) -> None:
+    """Feed an evaluation to the stall rule (engine/restarts.py); a solved task never restarts."""
+    if task.solved(metrics):
+        restarts.due = False
+    else:
+        restarts.observe(step, float(metrics.get(task.metric, math.nan)))
+
+
+def _extra(restarts: StallRestarts | None) -> dict:
+    """What the checkpoint pointer keeps of the engine's own state (for an exact resume)."""
+    return {"restarts": restarts.state_dict()} if restarts is not None else {}
+
+
 def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stopped: str, t0: float,
-            commit=lambda out: out) -> dict:
+            commit=lambda out: out, extra: dict | None = None) -> dict:
     notes, paths = [], {}
     if out:
-        files = save_checkpoint(out, es, cfg.to_dict(), extra={"metrics": metrics}, task_state=task.state_dict())
+        files = save_checkpoint(out, es, cfg.to_dict(), extra={"metrics": metrics, **(extra or {})},
+                                task_state=task.state_dict())
         new = commit(out)
         files = {k: new / Path(v).name for k, v in files.items()}
         out = new
@@ -272,7 +303,7 @@ def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stoppe
             "paths": paths, "notes": notes}
 
 
-def _resume(es, task: AbstractTask, cfg: TrainConfig) -> None:
+def _resume(es, task: AbstractTask, cfg: TrainConfig) -> dict:
     """Load the checkpoint in ``cfg.engine.resume`` after checking it belongs to the same run."""
     directory = cfg.engine.resume
     try:
@@ -299,6 +330,7 @@ def _resume(es, task: AbstractTask, cfg: TrainConfig) -> None:
         raise BadFileError(f"the checkpoint in {directory!r} does not fit this run's model or strategy: "
                            f"{_squash(e)}") from None
     _load_task_state(task, ckpt.task, directory)
+    return ckpt.meta
 
 
 def _load_task_state(task: AbstractTask, state: dict, directory) -> None:

@@ -58,17 +58,33 @@ class AbstractStrategy:
         self.groups = resolve_groups(self.trainable, groups, config.lr, config.weight_decay)
         self._sigma_scales = {n: g.sigma_scale for g in self.groups for n in g.names}
         self.lowrank = frozenset(n for n in self.trainable if self.is_lowrank(self.specs[n]))
-        trainable = {n: self.params[n] for n in self.trainable}
-        if update_rule is not None:
-            self.rule = update_rule(trainable, self.groups, config)
-        elif config.update_rule == "optimizer":
-            self.rule = OptimizerRule(trainable, self.groups, config, optimizer_factory)
-        else:
-            self.rule = RULES[config.update_rule](trainable, self.groups, config)
+        self._rule_args = (update_rule, optimizer_factory)
+        self.rule = self._new_rule()
         self._store: NoiseStore | None = None
         self.tie_scale = 1.0     # σ multiplier after steps whose pairs all tied (ESConfig.tie_sigma_growth)
+        self.schedule_origin = 0  # the step σ/lr decay and schedules count from (moved by restart())
         self._precisions = {n: resolve_precision(config.update_precision, params[n].dtype, params[n].device)
                             for n in self.trainable}
+
+    def _new_rule(self):
+        """The update rule in its initial state, over the trainable parameters as they are now."""
+        update_rule, optimizer_factory = self._rule_args
+        trainable = {n: self.params[n] for n in self.trainable}
+        if update_rule is not None:
+            return update_rule(trainable, self.groups, self.config)
+        if self.config.update_rule == "optimizer":
+            return OptimizerRule(trainable, self.groups, self.config, optimizer_factory)
+        return RULES[self.config.update_rule](trainable, self.groups, self.config)
+
+    def restart(self) -> None:
+        """Begin again from the parameters as they are now (the caller re-drew them, e.g. the training
+        loop's restart after a stalled evaluation): a fresh update rule (no moments, fp32 masters copied
+        from the new weights), no tie widening, σ/lr decay and schedules counted from this step. The step
+        counter goes on, so the restarted run draws noise no earlier step used."""
+        self.rule = self._new_rule()
+        self.tie_scale = 1.0
+        self.schedule_origin = self.step
+        self._store = None
 
     # -- which parameters get which noise ------------------------------------------------
     def is_lowrank(self, spec: ParamSpec) -> bool:
@@ -76,10 +92,12 @@ class AbstractStrategy:
 
     # -- ask -----------------------------------------------------------------------------
     def sigma_at(self, step: int) -> float:
+        step -= self.schedule_origin
         s = self.config.sigma * self.config.sigma_decay ** step
         return s * self.sigma_schedule(step) if self.sigma_schedule else s
 
     def lr_factor(self, step: int) -> float:
+        step -= self.schedule_origin
         f = self.config.lr_decay ** step
         return f * self.lr_schedule(step) if self.lr_schedule else f
 
@@ -192,10 +210,14 @@ class AbstractStrategy:
 
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"step": self.step, "rule": self.rule.state_dict(), "tie_scale": self.tie_scale}
+        sd = {"step": self.step, "rule": self.rule.state_dict(), "tie_scale": self.tie_scale}
+        if self.schedule_origin:  # only after a restart: earlier checkpoints stay as they were
+            sd["schedule_origin"] = self.schedule_origin
+        return sd
 
     def load_state_dict(self, sd: dict) -> None:
         self.step = int(sd["step"])
         self.rule.load_state_dict(sd["rule"])
         self.tie_scale = float(sd.get("tie_scale", 1.0))
+        self.schedule_origin = int(sd.get("schedule_origin", 0))
         self._store = None

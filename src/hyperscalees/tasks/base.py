@@ -19,6 +19,8 @@ from torch import Tensor, nn
 from ..models.mlp import ACTIVATIONS
 from ..noise.keys import fold_in
 
+RESTART_STREAM = 0x52455354  # "REST": the key stream of re-drawn initialisations
+
 
 def option(default, help: str, choices=None, metavar: str | None = None):
     """A task option: a dataclass field whose help text and choices (a tuple, or a callable that
@@ -133,6 +135,23 @@ class AbstractTask:
             torch.manual_seed(self.seed)
             model = self.make_model()
         return model.to(self.device)
+
+    def redraw_parameters(self, model: nn.Module, draw: int) -> None:
+        """Overwrite ``model``'s parameters with draw ``draw`` of this task's initialisation (a restart,
+        ``engine/restarts.py``); buffers are kept. Draw 0 is :meth:`build_model`'s; a task whose model
+        is loaded rather than drawn (a pretrained LLM) gets its loaded weights back."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(fold_in(self.seed, RESTART_STREAM, draw) & 0x7FFF_FFFF_FFFF if draw else self.seed)
+            fresh = dict(self.make_model().named_parameters())
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(fresh[name])
+
+    @classmethod
+    def engine_defaults(cls, options: dict) -> dict:
+        """Engine settings (``EngineConfig`` fields) that depend on the options, e.g. an env's restart
+        patience; they replace the defaults for settings the user did not give. None by default."""
+        return {}
 
     def solved(self, metrics: dict[str, float]) -> bool:
         if self.target is None or self.metric not in metrics:
