@@ -390,8 +390,9 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, envs=No
         for i, seed in enumerate(seeds):
             order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
             for m in order:
-                log(f"  {env_id} seed {seed}: {m} (budget {budget:g} s, load {os.getloadavg()[0]:.2f})")
-                rec = {**sides[m](env_id, seed), "load_before": os.getloadavg()[0]}
+                load_before = os.getloadavg()[0]  # read before the run starts (the run's own load is not in it)
+                log(f"  {env_id} seed {seed}: {m} (budget {budget:g} s, load {load_before:.2f})")
+                rec = {**sides[m](env_id, seed), "load_before": load_before}
                 runs[m].append(rec)
                 if runs_dir is not None:
                     path = Path(runs_dir) / f"{env_id}_{m}_seed{seed}.json"
