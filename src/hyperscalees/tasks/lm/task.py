@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ...models.bigram_init import bigram_log2, init_from_bigram
 from ...models.registry import LM_MODELS, build_lm
 from ..base import AbstractTask, check_options, option
 from .data import Corpus, DataError, load_corpus
@@ -41,6 +42,8 @@ from .sampling import check_sampling, generate
 
 
 NTT_CHOICES = ("none", "wht", "fermat")
+INITS = ("random", "bigram")
+BIGRAM_MODELS = ("egg",)  # models whose token -> logits path init_from_bigram knows
 # Per model, on top of its own es_defaults. egg: threshold SGD (acc += lr·z, ±1 steps) on centered
 # ranks, lr 1.0 decaying 0.9998 per step (0.03 after 17,000 steps, about 20 CPU minutes).
 # - Threshold SGD averages each weight's votes over a few steps instead of moving it on every
@@ -81,6 +84,9 @@ class LMOptions:
     temperature: float = option(0.6, "sampling temperature (> 0)")
     min_p: float = option(0.08, "drop tokens below min_p x the top probability")
     presence_penalty: float = option(0.2, "nats subtracted from tokens already present")
+    init: str = option("random", "initial weights: random, or bigram (egg only: embedding and head set from the "
+                                 "train split's byte bigram, blocks neutral; models/bigram_init.py)",
+                       choices=INITS)
     ntt: str = option("none", "extra causal transform features of the token window (transformer only): none, "
                               "wht (Walsh-Hadamard) or fermat (number-theoretic transform mod 65537)",
                       choices=NTT_CHOICES)
@@ -102,6 +108,10 @@ class LMOptions:
             raise ValueError(f"test_fraction must be in (0, 1) with val_fraction + test_fraction < 1, "
                              f"got {self.test_fraction!r}")
         check_sampling(self.temperature, self.min_p, self.presence_penalty)
+        if self.init not in INITS:
+            raise ValueError(f"unknown init {self.init!r}; choose one of {INITS}")
+        if self.init == "bigram" and self.model not in BIGRAM_MODELS:
+            raise ValueError(f"init 'bigram' is for {' and '.join(BIGRAM_MODELS)}, not model {self.model!r}")
         if self.ntt not in NTT_CHOICES:
             raise ValueError(f"unknown ntt {self.ntt!r}; choose one of {NTT_CHOICES}")
         if self.data:  # absolute: eval, generate and --resume of the run work from any directory
@@ -206,7 +216,10 @@ class LMTask(AbstractTask):
 
     # -- model -------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
-        return build_lm(self.options.model, self.vocabulary.size, **model_sizes(self.options))
+        model = build_lm(self.options.model, self.vocabulary.size, **model_sizes(self.options))
+        if self.options.init == "bigram" and self.corpus is not None:  # without data: weights come from a file
+            init_from_bigram(model, *bigram_log2(self.corpus.train, self.vocabulary.size))
+        return model
 
     def es_options(self, model: nn.Module) -> dict:
         """The model's parameter groups (e.g. a larger σ for an integer model's vectors)."""

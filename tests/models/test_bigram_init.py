@@ -1,0 +1,94 @@
+"""An egg started as a bigram (models/bigram_init.py): counts, the int8 fit, neutral blocks."""
+import math
+
+import pytest
+import torch
+
+from hyperscalees.models.bigram_init import bigram_log2, expected_bits, init_from_bigram
+from hyperscalees.models.egg import Egg
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def markov_tokens(vocab: int, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """n tokens of a random first-order Markov chain over ``vocab`` symbols (peaked rows) and its matrix."""
+    g = torch.Generator().manual_seed(seed)
+    trans = torch.softmax(3.0 * torch.randn(vocab, vocab, generator=g), dim=1)
+    chains = 100                                        # stepped side by side, then laid end to end
+    steps = torch.empty(chains, n // chains, dtype=torch.long)
+    steps[:, 0] = torch.randint(vocab, (chains,), generator=g)
+    for i in range(1, steps.shape[1]):
+        steps[:, i] = torch.multinomial(trans[steps[:, i - 1]], 1, generator=g)[:, 0]
+    return steps.reshape(-1), trans
+
+
+def test_counts_are_add_one_smoothed_bigrams():
+    lp, weights = bigram_log2(torch.tensor([1, 2, 1, 2, 1, 3]), 4)
+    assert weights.tolist() == [0, 3, 2, 0]  # how often each token precedes another
+    assert lp[1].exp2().tolist() == pytest.approx([1 / 7, 1 / 7, 3 / 7, 2 / 7])
+    assert lp[0].exp2().tolist() == pytest.approx([0.25] * 4)  # never seen: uniform
+    assert torch.allclose(lp.exp2().sum(1), torch.ones(4, dtype=torch.float64))
+
+
+def true_entropy_bits(lp, weights):
+    return float(((-(lp.exp2() * lp).sum(1)) * weights).sum() / weights.sum())
+
+
+def model_bits(model, tokens):
+    """Bits per token of the model on ``tokens``, cut into 40 streams."""
+    streams = tokens[: len(tokens) // 40 * 40].view(40, -1)
+    logits, _ = model(streams[:, :-1])
+    return float(torch.nn.functional.cross_entropy(logits.flatten(0, 1).double(), streams[:, 1:].flatten())
+                 / math.log(2))
+
+
+def test_a_bigram_started_egg_scores_about_the_bigram_and_its_blocks_add_nothing():
+    vocab = 24
+    tokens, _ = markov_tokens(vocab, 20_000)
+    lp, weights = bigram_log2(tokens, vocab)
+    torch.manual_seed(0)
+    model = Egg(vocab_size=vocab, dim=32, layers=2)
+    random_bits = model_bits(model, tokens[:4000])
+    fitted = init_from_bigram(model, lp, weights)
+    bigram = true_entropy_bits(lp, weights)
+    assert fitted == pytest.approx(expected_bits(model.head(model.norm_out(model.embed.weight)).double(), lp, weights))
+    assert fitted < bigram + 0.05                      # rank 32 >= vocab 24: only int8 rounding is lost
+    bits = model_bits(model, tokens[:4000])
+    assert bits < bigram + 0.1 and bits < random_bits - 1.0
+    # the blocks are neutral: a token's logits do not depend on what came before it
+    seq = tokens[100:140][None]
+    logits, _ = model(seq)
+    alone = torch.stack([model(seq[:, t:t + 1])[0][0, 0] for t in range(seq.shape[1])])
+    assert torch.equal(logits[0], alone)
+    for block in model.blocks:
+        assert not block.wh.weight.any() and not block.uh.weight.any() and not block.down.weight.any()
+
+
+def test_a_low_rank_model_keeps_what_its_width_can():
+    """Width below the vocabulary: the fit is the rank-D approximation, worse than the table, better than none."""
+    vocab = 48
+    tokens, _ = markov_tokens(vocab, 30_000, seed=1)
+    lp, weights = bigram_log2(tokens, vocab)
+    narrow, wide = Egg(vocab_size=vocab, dim=8, layers=1), Egg(vocab_size=vocab, dim=48, layers=1)
+    b8, b48 = init_from_bigram(narrow, lp, weights), init_from_bigram(wide, lp, weights)
+    unigram = float(-(weights / weights.sum() * (weights / weights.sum()).clamp_min(1e-12).log2()).sum())
+    assert true_entropy_bits(lp, weights) - 0.01 < b48 < b8 < unigram
+
+
+def test_a_wrong_table_is_refused():
+    with pytest.raises(ValueError, match="log2_probs must be"):
+        init_from_bigram(Egg(vocab_size=16, dim=8, layers=1), torch.zeros(8, 8), torch.ones(8))
+
+
+def test_the_lm_option_names_the_models_it_supports():
+    from hyperscalees.tasks.lm.task import LMOptions
+    with pytest.raises(ValueError, match="init 'bigram' is for egg"):
+        LMOptions(model="float-gru", init="bigram")
+    with pytest.raises(ValueError, match="unknown init"):
+        LMOptions(init="zeros")
