@@ -12,8 +12,8 @@ by more than ``min_delta`` for ``patience`` steps, unless the task reports the m
 The evaluation that finds the stall marks the restart due; it happens before the next step, so
 the last step's weights are never thrown away and a run resumed from that step's checkpoint
 restarts exactly as the uninterrupted one did. A restart re-draws the parameters from the task's initialisation
-with the seed of draw ``k`` (buffers, such as observation statistics, are kept), then gives the
-strategy a fresh update rule with its σ/lr decay counted from that step
+with the seed of draw ``k``, clears what the task learnt beside them (``restart_state``: RL's
+observation statistics), then gives the strategy a fresh update rule with its σ/lr decay counted from that step
 (:meth:`~hyperscalees.strategies.base.AbstractStrategy.restart`). The step counter goes on, so noise
 is never reused. Everything here is part of the checkpoint: a resumed run restarts where the
 uninterrupted one does.
@@ -71,5 +71,6 @@ def restart(es, task, backend, draw: int) -> None:
     """Re-draw ``es.model``'s parameters (draw ``draw`` of the task's init), restart the strategy and
     hand the new state to every replica the backend keeps."""
     task.redraw_parameters(es.model, draw)
+    task.restart_state()
     es.strategy.restart()
     backend.reload()

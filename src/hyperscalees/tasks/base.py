@@ -147,6 +147,10 @@ class AbstractTask:
             for name, p in model.named_parameters():
                 p.copy_(fresh[name])
 
+    def restart_state(self) -> None:
+        """Forget what the task learnt alongside the weights (a restart begins again: RL's observation
+        statistics); data positions and counters stay. Nothing by default."""
+
     @classmethod
     def engine_defaults(cls, options: dict) -> dict:
         """Engine settings (``EngineConfig`` fields) that depend on the options, e.g. an env's restart

@@ -171,6 +171,36 @@ def test_pendulum_alone_runs_its_tuned_settings():
     assert cfg.es.sigma == 0.05 and cfg.es.population == 512 and RLOptions(**cfg.options).starts == "step"
     cfg = config_from_args(build_parser().parse_args(["train", "rl"]))
     assert cfg.es.population == 64 and cfg.es.tie_sigma_growth == 1.0 and RLOptions(**cfg.options).starts == "step"
+    assert cfg.engine.restart_patience == 0
+
+
+def test_pendulum_restarts_after_a_stall_unless_told_otherwise():
+    from hyperscalees.cli.main import build_parser
+    from hyperscalees.cli.train import config_from_args
+    from hyperscalees.tasks.rl.task import ENV_ENGINE_DEFAULTS
+    cfg = config_from_args(build_parser().parse_args(["train", "rl", "--env", "Pendulum-v1"]))
+    assert (cfg.engine.restart_patience, cfg.engine.restart_min_delta) == tuple(
+        ENV_ENGINE_DEFAULTS["Pendulum-v1"][k] for k in ("restart_patience", "restart_min_delta"))
+    cfg = config_from_args(build_parser().parse_args(["train", "rl", "--env", "Pendulum-v1", "--restart-patience",
+                                                      "0"]))
+    assert cfg.engine.restart_patience == 0
+    assert make_config("rl", options={"env": "Pendulum-v1"}).engine.restart_patience == \
+        ENV_ENGINE_DEFAULTS["Pendulum-v1"]["restart_patience"]
+
+
+def test_a_restart_forgets_the_observation_statistics():
+    """A re-drawn policy is normalised as a new run's would be, not by the stalled policy's observations."""
+    task = RLTask(seed=1, options={"env": "CartPole-v1", "eval_episodes": 2})
+    model = task.build_model()
+    for step in range(3):
+        task.fitness(model, 0, 4, step)
+    task.sync_stats(model, 3)
+    assert float(task.stats.count) > 0 and not torch.equal(model.norm.std, torch.ones_like(model.norm.std))
+    task.restart_state()
+    task.sync_stats(model, 4)
+    assert float(task.stats.count) == 0
+    assert torch.equal(model.norm.mean, torch.zeros_like(model.norm.mean))
+    assert torch.equal(model.norm.std, torch.ones_like(model.norm.std))
 
 
 def test_evaluation_cadence_in_env_steps_and_its_time():

@@ -241,6 +241,11 @@ class RLTask(AbstractTask):
         names = ("eval_return", "eval_return_std", "eval_broken", "env_steps")
         return names + ("evaluated", "eval_s") if self.options.eval_every_env_steps else names
 
+    def restart_state(self) -> None:
+        """A restart starts the observation statistics afresh too: a new draw normalised by the stalled
+        policy's observations (a pendulum held near upright) does not begin where a new run would."""
+        self.stats = RunningStats(self.spaces.obs_dim)
+
     # -- state a resumed run must restore ----------------------------------------------
     def state_dict(self) -> dict:
         return {"stats": self.stats.state_dict(), "stats_step": self.stats_step, "env_steps": self.env_steps,
