@@ -226,14 +226,18 @@ FAKE_ES = textwrap.dedent("""
     import json, signal, sys, time
     out = sys.argv[sys.argv.index("--out") + 1]
     import os; os.makedirs(out)
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
-    with open(out + "/metrics.jsonl", "w") as f:
-        for step, ret in enumerate([20.0, 200.0, 490.0, 500.0] + [500.0] * 100):
-            row = {"step": step, "time": 0.1 * step, "eval_return": ret, "env_steps": 1000 * step,
-                   "eval_s": 0.02 * step, "evaluated": 1}
-            f.write(json.dumps(row) + "\\n")
-            f.flush()
-            time.sleep(0.05)
+    f = open(out + "/metrics.jsonl", "w")
+    def stop(*a):  # as train rl does: the step whose evaluation SIGTERM cut short has no evaluation fields
+        f.write(json.dumps({"step": 999, "time": 99.0}) + "\\n")
+        f.close()
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, stop)
+    for step, ret in enumerate([20.0, 200.0, 490.0, 500.0] + [500.0] * 100):
+        row = {"step": step, "time": 0.1 * step, "eval_return": ret, "env_steps": 1000 * step,
+               "eval_s": 0.02 * step, "evaluated": 1}
+        f.write(json.dumps(row) + "\\n")
+        f.flush()
+        time.sleep(0.05)
     print(json.dumps({"done": True}))
 """)
 FAKE_PPO = textwrap.dedent("""
@@ -265,6 +269,8 @@ def test_run_with_stand_in_processes(tmp_path, monkeypatch):
         assert [r["time_s"] for r in es] == [pytest.approx(0.2), pytest.approx(0.2)]
         assert [r["train_s"] for r in es] == [pytest.approx(0.16), pytest.approx(0.16)]   # minus eval_s
         assert all(r["es_steps"] < 50 and r["summary"] is None for r in es)  # stopped early: no summary line
+        # env steps/s from the last row that counted them (1000 steps per 0.1 s row, minus 0.02 s of eval)
+        assert all(r["env_steps_per_s"] == pytest.approx(1000 / 0.08) for r in es)
     ppo = d["ppo"]["runs"]
     assert ppo[0]["status"] == "ok" and ppo[0]["time_s"] == 7.0 and ppo[0]["train_s"] == 3.0
     assert ppo[1]["status"].startswith("failed (exit 1)") and "boom" in ppo[1]["status"]

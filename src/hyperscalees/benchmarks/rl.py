@@ -150,7 +150,9 @@ def run_es(env_id: str, seed: int, budget: float, threads: int, strategy: str = 
     ok = proc.returncode == 0 or (signalled == "threshold" and proc.returncode == 128 + signal.SIGTERM)
     status = "ok" if ok and bad is None else _failure(proc.returncode, bad or err_text, signalled)
     time_s = time_to_threshold(curve, threshold, budget)
-    last = rows[-1] if rows else {}
+    # the last row that counted env steps: a SIGTERM at the threshold cuts the last step's evaluation short,
+    # and that row carries no evaluation fields
+    last = next((r for r in reversed(rows) if isinstance(r.get("env_steps"), (int, float))), {})
     train_total = (last.get("time") or 0.0) - (last.get("eval_s") or 0.0)
     steps_per_s = (last["env_steps"] / train_total if isinstance(last.get("env_steps"), (int, float))
                    and train_total > 0 else None)
