@@ -92,3 +92,17 @@ def test_the_lm_option_names_the_models_it_supports():
         LMOptions(model="float-gru", init="bigram")
     with pytest.raises(ValueError, match="unknown init"):
         LMOptions(init="zeros")
+
+
+def test_a_bigram_start_keeps_its_embedding_and_head_at_a_fraction_of_the_lr(tmp_path):
+    """The lm task's groups: embedding and head at BIGRAM_LR_SCALE x --lr, the rest as the model says."""
+    from hyperscalees.tasks.lm.task import BIGRAM_LR_SCALE, LMTask
+    data = tmp_path / "text.txt"
+    data.write_bytes(bytes(range(32, 127)) * 400)
+    task = LMTask(seed=0, options={"model": "egg", "hidden": 16, "layers": 1, "init": "bigram", "data": str(data)})
+    model = task.build_model()
+    groups = task.es_options(model)["groups"]
+    bigram = [g for g in groups if g["name"] == "bigram"]
+    assert bigram == [{"params": ["embed.weight", "head.weight"], "lr_scale": BIGRAM_LR_SCALE, "name": "bigram"}]
+    plain = LMTask(seed=0, options={"model": "egg", "hidden": 16, "layers": 1, "data": str(data)})
+    assert all(g["name"] != "bigram" for g in plain.es_options(plain.build_model()).get("groups", []))

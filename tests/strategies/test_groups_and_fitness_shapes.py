@@ -136,3 +136,13 @@ def test_nonfinite_scores_in_a_group_take_that_groups_worst():
 def test_group_fitness_config_is_validated():
     with pytest.raises(ValueError, match="unknown group_fitness 'median'"):
         strategy(group_fitness="median")
+
+
+def test_a_group_lr_scale_follows_the_configs_lr_and_cannot_be_given_with_lr():
+    from hyperscalees.strategies.groups import resolve_groups
+    groups = resolve_groups(["a", "b"], [{"params": "a", "lr_scale": 0.25, "name": "slow"}], lr=0.4, weight_decay=0.0)
+    assert [(g.name, g.lr) for g in groups] == [("slow", pytest.approx(0.1)), ("default", 0.4)]
+    with pytest.raises(ValueError, match="give lr or lr_scale, not both"):
+        resolve_groups(["a"], [{"params": "a", "lr": 0.1, "lr_scale": 0.5}], lr=0.4, weight_decay=0.0)
+    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
+        resolve_groups(["a"], [{"params": "a", "lr_scale": 0.0}], lr=0.4, weight_decay=0.0)

@@ -2,7 +2,9 @@
 
 ``groups=[{"params": ["head.*", "emb.weight"], "lr": 1e-3, "sigma_scale": 0.5}, ...]``
 names parameters (exact names or glob patterns); every parameter no group names falls
-into a default group with the config's lr and weight decay. A parameter may belong to
+into a default group with the config's lr and weight decay. ``"lr_scale": k`` instead of
+``"lr"`` gives a group k times the config's lr, so a model can ask for a relative rate that
+still follows ``--lr``. A parameter may belong to
 one group only. muP's per-width multipliers are exactly such groups.
 """
 from __future__ import annotations
@@ -11,7 +13,7 @@ import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-GROUP_KEYS = {"params", "lr", "weight_decay", "sigma_scale", "name"}
+GROUP_KEYS = {"params", "lr", "lr_scale", "weight_decay", "sigma_scale", "name"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ def resolve_groups(trainable: list[str], groups: list[dict] | None, lr: float, w
         if unknown:
             raise ValueError(f"parameter group {i}: unknown key(s) {sorted(unknown)}; use {sorted(GROUP_KEYS)}")
         name = str(g.get("name", f"group{i}"))
+        if "lr" in g and "lr_scale" in g:
+            raise ValueError(f"parameter group {name!r}: give lr or lr_scale, not both")
         pats = _patterns(g["params"])
         names = [n for n in trainable if any(fnmatchcase(n, p) for p in pats)]
         missing = [p for p in pats if not any(fnmatchcase(n, p) for n in trainable)]
@@ -60,7 +64,8 @@ def resolve_groups(trainable: list[str], groups: list[dict] | None, lr: float, w
             if n in owner:
                 raise ValueError(f"parameter {n!r} is in two groups ({owner[n]!r} and {name!r})")
             owner[n] = name
-        out.append(ParamGroup(tuple(names), float(g.get("lr", lr)), float(g.get("weight_decay", weight_decay)),
+        group_lr = g["lr"] if "lr" in g else lr * g.get("lr_scale", 1.0)
+        out.append(ParamGroup(tuple(names), float(group_lr), float(g.get("weight_decay", weight_decay)),
                               float(g.get("sigma_scale", 1.0)), name))
     rest = tuple(n for n in trainable if n not in owner)
     if rest:

@@ -44,6 +44,11 @@ from .sampling import check_sampling, generate
 NTT_CHOICES = ("none", "wht", "fermat")
 INITS = ("random", "bigram")
 BIGRAM_MODELS = ("egg",)  # models whose token -> logits path init_from_bigram knows
+# A bigram start's embedding and head hold the bigram: at the blocks' lr ES undid it (4-minute probes from
+# the rank-64 start at 3.639 test bpb: 3.66-3.67 after 340 steps at lr 1.0 or 0.25 for every weight; with
+# these at 0.08x the lr, σ 2^-9 and 256 members it went down instead, bench/egg_bigram.py).
+BIGRAM_PARAMS = ("embed.weight", "head.weight")
+BIGRAM_LR_SCALE = 0.08
 # Per model, on top of its own es_defaults. egg: threshold SGD (acc += lr·z, ±1 steps) on centered
 # ranks, lr 1.0 decaying 0.9998 per step (0.03 after 17,000 steps, about 20 CPU minutes).
 # - Threshold SGD averages each weight's votes over a few steps instead of moving it on every
@@ -222,8 +227,11 @@ class LMTask(AbstractTask):
         return model
 
     def es_options(self, model: nn.Module) -> dict:
-        """The model's parameter groups (e.g. a larger σ for an integer model's vectors)."""
-        groups = model.es_groups() if hasattr(model, "es_groups") else []
+        """The model's parameter groups (e.g. a larger σ for an integer model's vectors); a bigram start
+        keeps its embedding and head at a fraction of the lr (BIGRAM_LR_SCALE)."""
+        groups = list(model.es_groups()) if hasattr(model, "es_groups") else []
+        if self.options.init == "bigram":
+            groups.append({"params": list(BIGRAM_PARAMS), "lr_scale": BIGRAM_LR_SCALE, "name": "bigram"})
         return {"groups": groups} if groups else {}
 
     @classmethod
