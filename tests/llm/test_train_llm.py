@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -56,6 +57,25 @@ def test_train_llm_scores_held_out_problems_exports_and_resumes_exactly(folder, 
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # resume = uninterrupted run
     start = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).state_dict()
     assert any(not torch.equal(start[k], b[k]) for k in b)  # four steps moved the model
+    assert _lines(tmp_path / "part" / "samples.jsonl") == _lines(full["paths"]["samples"])  # resumed samples too
+
+
+def _lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_each_evaluation_writes_held_out_samples_and_logs_one(folder, tmp_path, no_plot, capsys):
+    from hyperscalees.tasks.llm.finetune import SAMPLES
+    summary = run(config(folder, tmp_path / "run", steps=3))  # evaluations at steps 2 and 3
+    rows = _lines(summary["paths"]["samples"])
+    assert [r["step"] for r in rows] == [2] * SAMPLES + [3] * SAMPLES
+    test = LLM_TASKS["arithmetic"]()
+    assert [r["prompt"] for r in rows[:SAMPLES]] == test.prompts("test", 0, SAMPLES)
+    for r in rows:
+        assert set(r) == {"step", "prompt", "completion", "reward", "correct"}
+        assert r["reward"] == test.reward(r["prompt"], r["completion"])  # the verifier's verdict on that answer
+    err = capsys.readouterr().err
+    assert err.count("sample at step ") == 2 and "completion=" in err and "reward=" in err
 
 
 def test_the_cli_refuses_a_missing_model_and_bad_task_options(tmp_path, capsys):
