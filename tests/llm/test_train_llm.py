@@ -93,3 +93,30 @@ def test_training_prompts_depend_on_the_step_only(folder):
     b = LLMTask(seed=1, options={"model": folder, **ARITH})
     assert a.step_prompts(5) == b.step_prompts(5) != a.step_prompts(6)
     assert set(a.step_prompts(0)).isdisjoint(LLM_TASKS["arithmetic"]().prompts("test", 0, 200))
+
+
+def test_a_stop_request_during_held_out_evaluation_ends_it_within_one_chunk(folder, monkeypatch):
+    from hyperscalees import llm
+    from hyperscalees.engine.evaluations import Evaluations
+    from hyperscalees.tasks.llm import evaluate
+    from hyperscalees.tasks.llm.finetune import LLMTask
+    monkeypatch.setattr(evaluate, "EVAL_CHUNK", 2)
+    chunks, real, signal = [], llm.complete, []
+
+    def complete(model, tokenizer, prompts, *args, **kwargs):
+        chunks.append(len(prompts))
+        if len(chunks) == 1 and signal:
+            signal.append("SIGINT")  # Ctrl-C arrives while the first chunk generates
+        return real(model, tokenizer, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(llm, "complete", complete)
+    task = LLMTask(options={"model": folder, **ARITH, "eval_prompts": 6})
+    evals = Evaluations(task, task.build_model(), signalled=lambda: signal[-1] if len(signal) > 1 else None)
+    assert evals.run(1) and chunks == [2, 2, 2]  # a whole pass: three chunks
+    kept, metrics = task.samples(), evals.metrics
+    chunks.clear()
+    signal.append("armed")
+    assert not evals.run(2)
+    assert chunks == [2]  # stopped before the second chunk
+    assert evals.cut == (2, "SIGINT") and evals.step == 1 and evals.metrics == metrics
+    assert task.samples() == kept and task.stop_check is None  # the cut pass changed nothing the task keeps
