@@ -16,7 +16,12 @@ rotates with the seed), each in its own subprocess with the same intra-op thread
 
 Both stop before the next step would pass the budget. One evaluator (``tasks/llm/evaluate.py``):
 greedy answers to the first E held-out problems (the same for every seed), before and after,
-outside the clock. Neither side was tuned for this benchmark: both run their library defaults.
+outside the clock. By default neither side is tuned: both run their library defaults. With
+``--tune`` (``llm_tuning``), each method first trains every setting of its grid (ES: lr, sigma,
+population; GRPO: learning rate, generations; the same number of settings) on ``--tuning-seeds``
+(default 0) for the same budget, and the reported seeds run the setting with the best mean
+validation accuracy (train problems of a set-aside seed, never test problems); the grid, every
+score and the choice go into the JSON (``tuning``).
 
 Reported per method and seed: held-out accuracy before and after, formatted share, steps,
 training seconds, generations per second (completions of the step's prompts per training
@@ -30,6 +35,7 @@ demonstration 1 of the LLM guide. ``--quick`` builds a tiny model and runs a few
 
     hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M) [--seeds S ...]
                            [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
+                           [--tune [--tuning-seeds S ...]]
 """
 from __future__ import annotations
 
@@ -42,10 +48,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import llm_tuning
 from .base import BenchSetupError, Report, environment
 
 QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, EGGROLL) vs GRPO (TRL), one evaluator, "
-            "untuned defaults on both sides")
+            "the same tuning budget on both sides (none by default, --tune for a grid on tuning seeds)")
+UNTUNED = "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)"
 METHODS = ("es", "grpo")
 TASK = "arithmetic"
 TASK_OPTIONS = {"min_steps": 1, "max_steps": 1, "max_number": 9}  # one step, small numbers: a tiny model learns it
@@ -102,54 +110,73 @@ def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, st
         return None, "", f"killed after {timeout:g} s"
 
 
-def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict) -> list[str]:
-    """The ES command line: the one place to adjust ES's flags."""
-    return [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", TASK,
+def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, tuned: dict | None = None) -> list[str]:
+    """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population
+    (``llm_tuning.ES_GRID``); the population defaults to the benchmark's, lr and sigma to train llm's."""
+    tuned = tuned or {}
+    argv = [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", TASK,
             "--task-options", json.dumps(TASK_OPTIONS), "--seed", str(seed), "--prompts", str(c["prompts"]),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
-            "--population", str(c["population"]), "--time-budget", f"{budget:g}", "--steps", str(ES_MAX_STEPS),
-            "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
+            "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
+            "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
+    return argv + [a for k in ("lr", "sigma") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
 
 
-def run_es(model: str, seed: int, budget: float, threads: int, c: dict) -> dict:
+def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
+           validate: bool = False) -> dict:
+    """One ES run; ``validate``: also score the exported model on the validation problems (tuning)."""
     from ..engine.metrics import JSONL_FILE, read_rows
     with tempfile.TemporaryDirectory(prefix="hs_bench_llm_") as tmp:
-        argv = es_invocation(model, seed, budget, Path(tmp) / "run", c)
+        argv = es_invocation(model, seed, budget, Path(tmp) / "run", c, tuned)
         rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
         summary = _last_json(out)
         try:
             rows = read_rows(Path(tmp) / "run" / JSONL_FILE)
         except Exception:  # noqa: BLE001 - a failed run may leave no or a torn file; reported as failed
             rows = []
-    if rc != 0 or summary is None or not rows:
+        ok = rc == 0 and summary is not None and bool(rows)
+        val = validation_accuracy(summary["paths"]["export"], c) if ok and validate else None
+    if not ok:
         return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
+    population = int(tuned.get("population", c["population"])) if tuned else c["population"]
     steps, train_s = int(rows[-1]["step"]), float(rows[-1]["time"])
-    generations = steps * c["population"] * c["prompts"]
-    return {"method": "es", "seed": seed, "status": "ok", "after": {k: summary["metrics"][k] for k in
-                                                                   ("accuracy", "formatted", "reward")},
-            "steps": steps, "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
-            "generations_per_s": generations / train_s if train_s > 0 else None,
-            "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
-            "settings": {"population": c["population"], "prompts": c["prompts"],
-                         "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
-                         "budget_s": budget, "threads": threads}}
+    generations = steps * population * c["prompts"]
+    rec = {"method": "es", "seed": seed, "status": "ok", "after": {k: summary["metrics"][k] for k in
+                                                                  ("accuracy", "formatted", "reward")},
+           "steps": steps, "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
+           "generations_per_s": generations / train_s if train_s > 0 else None,
+           "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
+           "settings": {"population": population, "prompts": c["prompts"], **(tuned or {}),
+                        "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
+                        "budget_s": budget, "threads": threads}}
+    return {**rec, "validation": val} if validate else rec
 
 
-def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int) -> list[str]:
-    """The GRPO command line (``benchmarks/grpo_run.py``)."""
-    return [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", TASK,
+def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int, tuned: dict | None = None) -> list[str]:
+    """The GRPO command line (``benchmarks/grpo_run.py``); ``tuned``: learning_rate, generations."""
+    tuned = tuned or {}
+    argv = [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", TASK,
             "--task-options", json.dumps(TASK_OPTIONS), "--seed", str(seed), "--prompts", str(c["prompts"]),
-            "--generations", str(c["generations"]), "--max-new-tokens", str(c["max_new_tokens"]),
-            "--eval-prompts", str(c["eval_prompts"]), "--budget", f"{budget:g}", "--threads", str(threads)]
+            "--generations", str(tuned.get("generations", c["generations"])),
+            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
+            "--budget", f"{budget:g}", "--threads", str(threads)]
+    return argv + (["--learning-rate", f"{tuned['learning_rate']:g}"] if "learning_rate" in tuned else [])
 
 
-def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict) -> dict:
-    argv = grpo_invocation(model, seed, budget, c, threads)
-    rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
-    rec = _last_json(out)
-    if rc != 0 or rec is None:
+def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
+             validate: bool = False) -> dict:
+    """One GRPO run; ``validate``: also save the trained model and score it on the validation problems."""
+    with tempfile.TemporaryDirectory(prefix="hs_bench_llm_grpo_") as tmp:
+        argv = grpo_invocation(model, seed, budget, c, threads, tuned)
+        rc, out, err = _call(argv + (["--save", str(Path(tmp) / "model")] if validate else []),
+                             budget + STARTUP_SLACK_S, threads)
+        rec = _last_json(out)
+        ok = rc == 0 and rec is not None
+        val = validation_accuracy(str(Path(tmp) / "model"), c) if ok and validate else None
+    if not ok:
         return {"method": "grpo", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
-    return {**rec, "status": "ok", "argv": argv[3:]}
+    rec = {**rec, "status": "ok", "argv": argv[3:]}
+    return {**rec, "validation": val} if validate else rec
 
 
 def before_accuracy(model: str, c: dict) -> dict:
@@ -163,6 +190,21 @@ def before_accuracy(model: str, c: dict) -> dict:
     task = LLM_TASKS[TASK](seed=0, options=TASK_OPTIONS)
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
                     c["eval_prompts"])
+
+
+def validation_accuracy(model: str, c: dict) -> dict:
+    """Held-out metrics on the validation problems (``llm_tuning``: the first E train problems of the
+    task built with ``VALIDATION_SEED``; never test problems): what ``--tune`` chooses by."""
+    import torch
+    from .. import llm
+    from ..tasks.llm import LLM_TASKS
+    from ..tasks.llm.evaluate import held_out
+    from .llm_tuning import VALIDATION_SEED
+    torch.manual_seed(0)
+    m, tok = llm.load_causal_lm(model)
+    task = LLM_TASKS[TASK](seed=VALIDATION_SEED, options=TASK_OPTIONS)
+    return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
+                    c["eval_prompts"], split="train")
 
 
 def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | None = None, batch: int = 16,
@@ -206,7 +248,7 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: float, threads: int, c: dict,
-                 notes=(), warm: dict | None = None) -> Report:
+                 notes=(), warm: dict | None = None, tuning: dict | None = None) -> Report:
     rep = Report("llm", QUESTION, COLUMNS)
     nan = lambda v: float("nan") if v is None else v
     summaries = {}
@@ -226,10 +268,14 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
                    "threads": threads, "before": before, "acc_after_median": med,
                    "settings": {k: c[k] for k in ("prompts", "generations", "population", "max_new_tokens",
                                                   "eval_prompts")},
-                   "tuned": "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)",
+                   "tuned": UNTUNED if tuning is None else llm_tuning.PROTOCOL.format(
+                       seeds=tuning["seeds"], budget=budget,
+                       chosen={m: t["chosen"] for m, t in tuning["methods"].items()}),
                    "environment": environment()}
     if warm:
         rep.summary["warm_start"] = warm
+    if tuning:
+        rep.summary["tuning"] = {**tuning, "validation": llm_tuning.VALIDATION.format(count=c["eval_prompts"])}
     rep.details = {"methods": summaries, "runs": runs}
     rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} test problems (same for every seed); "
                   "acc_before is the starting model's",
@@ -283,12 +329,19 @@ def _quick_model(folder: Path) -> str:
 
 
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
-        runs_dir=None, model=None, warm_start_minutes=None, methods=None) -> Report:
+        runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
+        tuning_seeds=None) -> Report:
     if device != "cpu":
         raise BenchSetupError("bench llm measures on the CPU only for now")
     c = configs(quick)
     seeds, budget = tuple(seeds or c["seeds"]), float(budget or c["budget"])
     methods = tuple(methods or METHODS)
+    tuning_seeds = tuple(llm_tuning.TUNING_SEEDS if tuning_seeds is None else tuning_seeds)
+    if tuning_seeds != llm_tuning.TUNING_SEEDS and not tune:
+        raise BenchSetupError("--tuning-seeds needs --tune (without it nothing is tuned)")
+    if tune and set(seeds) & set(tuning_seeds):
+        raise BenchSetupError(f"seeds {sorted(set(seeds) & set(tuning_seeds))} are tuning seeds: report seeds "
+                              "the settings were not chosen on")
     if "grpo" in methods:
         import importlib.util
         if importlib.util.find_spec("trl") is None:
@@ -309,6 +362,18 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         before = before_accuracy(model, c)
         log(f"bench llm: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
+        tuning, chosen = None, {m: None for m in methods}
+        if tune:
+            grids = {m: llm_tuning.GRIDS[m][:2] if quick else llm_tuning.GRIDS[m] for m in methods}
+            log(f"bench llm: tuning on seeds {list(tuning_seeds)}: {sum(map(len, grids.values()))} settings x "
+                f"{len(tuning_seeds)} seeds x {budget:g} s")
+
+            def validated(m, seed, settings):
+                rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
+                return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
+            tuning = llm_tuning.tune(grids, tuning_seeds, validated, log=log)
+            chosen = {m: t["chosen"] for m, t in tuning.items()}
+            log(f"bench llm: chosen {chosen}")
         runs = {m: [] for m in methods}
         for i, seed in enumerate(seeds):
             order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
@@ -316,7 +381,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
                 load = os.getloadavg()[0]
                 log(f"  seed {seed}: {m} (budget {budget:g} s, load {load:.2f})")
                 t = time.perf_counter()
-                rec = {**sides[m](model, seed, budget, threads, c), "load_before": load,
+                rec = {**sides[m](model, seed, budget, threads, c, chosen[m]), "load_before": load,
                        "wall_s": round(time.perf_counter() - t, 1)}
                 runs[m].append(rec)
                 if runs_dir is not None:
@@ -329,4 +394,5 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
     notes = [plot_curves(runs, plot)] if plot else []
     if runs_dir is not None:
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
-    return build_report(model, before, runs, budget, threads, c, notes, warm)
+    return build_report(model, before, runs, budget, threads, c, notes, warm,
+                        tuning and {"seeds": list(tuning_seeds), "methods": tuning})

@@ -22,8 +22,10 @@ EVAL_CHUNK = 16  # held-out problems per batched generate: bounds memory and the
 
 @torch.no_grad()
 def held_out(task, model, tokenizer, sampling=None, count: int = 32, samples: list | None = None,
-             chunk: int | None = None, check: Callable[[], None] | None = None) -> dict[str, float]:
-    """``{"accuracy", "formatted", "reward"}``: means over the first ``count`` held-out problems.
+             chunk: int | None = None, check: Callable[[], None] | None = None,
+             split: str = "test") -> dict[str, float]:
+    """``{"accuracy", "formatted", "reward"}``: means over the first ``count`` held-out problems
+    (of ``split``: ``bench llm --tune`` validates on the train problems of a seed set aside for it).
 
     ``samples``, when given a list, receives one record per problem (``prompt``, ``completion``,
     ``reward``, ``correct``), in order, once every chunk is done; ``check`` may raise between
@@ -33,7 +35,7 @@ def held_out(task, model, tokenizer, sampling=None, count: int = 32, samples: li
     chunk = EVAL_CHUNK if chunk is None else chunk
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a whole number >= 1, got {chunk!r}")
-    prompts = task.prompts("test", 0, count)
+    prompts = task.prompts(split, 0, count)
     texts = []
     for lo in range(0, count, chunk):
         if check is not None:
