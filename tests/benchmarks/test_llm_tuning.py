@@ -98,3 +98,14 @@ def test_without_tune_nothing_is_tuned_and_tuning_seeds_are_refused_as_reported_
         bench_llm.run(model="m", seeds=(0, 100), tune=True, log=lambda *_: None)
     with pytest.raises(BenchSetupError, match="needs --tune"):
         bench_llm.run(model="m", tuning_seeds=(5,), log=lambda *_: None)
+
+
+def test_the_task_and_its_options_are_flags(fake_runs, capsys):
+    opts = '{"min_numbers": 2, "max_numbers": 2}'
+    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "--budget", "5", "--json", "--task", "countdown",
+                 "--task-options", opts]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rep["task"] == "countdown" and rep["task_options"] == json.loads(opts)
+    assert main(["bench", "llm", "--model", "m", "--task", "countdown", "--task-options", '{"max_numbers": 1}']) == 1
+    assert "min_numbers <= max_numbers" in capsys.readouterr().err
+    assert main(["bench", "rl", "--task", "countdown"]) == 2   # llm only

@@ -6,7 +6,8 @@ rotates with the seed), each in its own subprocess with the same intra-op thread
 
 - ``es``: ``hyperscalees train llm --model M --task T --seed S --time-budget B`` (EGGROLL, the
   task's defaults: population 32, sigma 1e-3, lr 1e-3, Adam, rank 1, scores normalised per
-  prompt), evaluated at the end only (``--eval-every`` past the last step). Its clock starts at
+  prompt), its exported model scored by this process after the run (the run's own evaluation,
+  at the end only, may be cut short by the budget's deadline). Its clock starts at
   the engine's start (after imports, with transformers imported first so its import is not
   counted), so loading the model and building the strategy count against ES.
 - ``grpo``: ``python -m hyperscalees.benchmarks.grpo_run`` (TRL's ``GRPOTrainer``, TRL's
@@ -73,11 +74,12 @@ ES_PRELOAD = ("import json, pathlib, sys, transformers\n"
 
 
 def configs(quick: bool) -> dict:
+    task = dict(task=TASK, task_options=dict(TASK_OPTIONS))
     if quick:
         return dict(seeds=(100,), budget=3.0, prompts=2, generations=4, population=8, max_new_tokens=8,
-                    eval_prompts=4)
+                    eval_prompts=4, **task)
     return dict(seeds=(100, 101, 102), budget=150.0, prompts=4, generations=8, population=32, max_new_tokens=48,
-                eval_prompts=64)
+                eval_prompts=64, **task)
 
 
 def _env(threads: int) -> dict:
@@ -114,8 +116,8 @@ def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, 
     """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population
     (``llm_tuning.ES_GRID``); the population defaults to the benchmark's, lr and sigma to train llm's."""
     tuned = tuned or {}
-    argv = [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", TASK,
-            "--task-options", json.dumps(TASK_OPTIONS), "--seed", str(seed), "--prompts", str(c["prompts"]),
+    argv = [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", c["task"],
+            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed), "--prompts", str(c["prompts"]),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
             "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
             "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
@@ -135,15 +137,15 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
         except Exception:  # noqa: BLE001 - a failed run may leave no or a torn file; reported as failed
             rows = []
         ok = rc == 0 and summary is not None and bool(rows)
-        val = validation_accuracy(summary["paths"]["export"], c) if ok and validate else None
+        if ok:  # scored here, outside the clock, as GRPO's: the run's own last evaluation may meet the deadline
+            after = before_accuracy(summary["paths"]["export"], c)
+            val = validation_accuracy(summary["paths"]["export"], c) if validate else None
     if not ok:
         return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
     population = int(tuned.get("population", c["population"])) if tuned else c["population"]
     steps, train_s = int(rows[-1]["step"]), float(rows[-1]["time"])
     generations = steps * population * c["prompts"]
-    rec = {"method": "es", "seed": seed, "status": "ok", "after": {k: summary["metrics"][k] for k in
-                                                                  ("accuracy", "formatted", "reward")},
-           "steps": steps, "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
+    rec = {"method": "es", "seed": seed, "status": "ok", "after": after, "steps": steps, "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
            "generations_per_s": generations / train_s if train_s > 0 else None,
            "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
            "settings": {"population": population, "prompts": c["prompts"], **(tuned or {}),
@@ -155,8 +157,8 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
 def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int, tuned: dict | None = None) -> list[str]:
     """The GRPO command line (``benchmarks/grpo_run.py``); ``tuned``: learning_rate, generations."""
     tuned = tuned or {}
-    argv = [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", TASK,
-            "--task-options", json.dumps(TASK_OPTIONS), "--seed", str(seed), "--prompts", str(c["prompts"]),
+    argv = [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", c["task"],
+            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed), "--prompts", str(c["prompts"]),
             "--generations", str(tuned.get("generations", c["generations"])),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
             "--budget", f"{budget:g}", "--threads", str(threads)]
@@ -180,14 +182,15 @@ def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned:
 
 
 def before_accuracy(model: str, c: dict) -> dict:
-    """The starting model's held-out metrics (the same evaluator; the test split is the same for every seed)."""
+    """A model folder's held-out metrics (the same evaluator for the starting model and ES's result;
+    the test split is the same for every seed)."""
     import torch
     from .. import llm
     from ..tasks.llm import LLM_TASKS
     from ..tasks.llm.evaluate import held_out
     torch.manual_seed(0)
     m, tok = llm.load_causal_lm(model)
-    task = LLM_TASKS[TASK](seed=0, options=TASK_OPTIONS)
+    task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
                     c["eval_prompts"])
 
@@ -202,7 +205,7 @@ def validation_accuracy(model: str, c: dict) -> dict:
     from .llm_tuning import VALIDATION_SEED
     torch.manual_seed(0)
     m, tok = llm.load_causal_lm(model)
-    task = LLM_TASKS[TASK](seed=VALIDATION_SEED, options=TASK_OPTIONS)
+    task = LLM_TASKS[c["task"]](seed=VALIDATION_SEED, options=c["task_options"])
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
                     c["eval_prompts"], split="train")
 
@@ -218,7 +221,7 @@ def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | No
     from ..tasks.llm import LLM_TASKS
     from ..tasks.llm.evaluate import held_out
     size = size or WARM_SIZE
-    task = LLM_TASKS[TASK](seed=seed, options=TASK_OPTIONS)
+    task = LLM_TASKS[c["task"]](seed=seed, options=c["task_options"])
     model, tok = char_llama(seed=seed, **size)
     sampling = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",))
     before = held_out(task, model, tok, sampling, c["eval_prompts"])
@@ -264,7 +267,7 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
         rep.rows.append([m, "median [min, max]", before["accuracy"], spread, "", "", nan(s["steps_median"]),
                          nan(s["train_s_median"]), nan(s["gen_per_s_median"])])
     med = {m: s["acc_after_median"] for m, s in summaries.items() if s["acc_after_median"] is not None}
-    rep.summary = {"model": model, "task": TASK, "task_options": TASK_OPTIONS, "budget_s": budget,
+    rep.summary = {"model": model, "task": c["task"], "task_options": c["task_options"], "budget_s": budget,
                    "threads": threads, "before": before, "acc_after_median": med,
                    "settings": {k: c[k] for k in ("prompts", "generations", "population", "max_new_tokens",
                                                   "eval_prompts")},
@@ -294,7 +297,7 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
 LABELS = {"es": ("ES: EGGROLL (train llm)", "C0"), "grpo": ("GRPO (TRL)", "C1")}
 
 
-def plot_curves(runs: dict[str, list[dict]], path: Path) -> str:
+def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> str:
     """Mean train reward per step against training wall clock, every seed of both methods."""
     try:
         import matplotlib
@@ -310,7 +313,7 @@ def plot_curves(runs: dict[str, list[dict]], path: Path) -> str:
             ax.plot([p[0] for p in c], [p[1] for p in c], color=color, alpha=0.6, lw=1,
                     label=f"{label} ({len(rs)} seeds)" if i == 0 else None)
     ax.set(xlabel="training wall clock (s)", ylabel="mean train reward per step",
-           title=f"{TASK} {json.dumps(TASK_OPTIONS)}")
+           title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -330,10 +333,19 @@ def _quick_model(folder: Path) -> str:
 
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
-        tuning_seeds=None) -> Report:
+        tuning_seeds=None, task=None, task_options=None) -> Report:
     if device != "cpu":
         raise BenchSetupError("bench llm measures on the CPU only for now")
     c = configs(quick)
+    if task is not None:  # another task: its own defaults unless options are given
+        c.update(task=task, task_options={})
+    if task_options is not None:
+        c["task_options"] = json.loads(task_options) if isinstance(task_options, str) else dict(task_options)
+    try:
+        from ..tasks.llm import LLM_TASKS
+        LLM_TASKS[c["task"]](seed=0, options=c["task_options"]).problem("test", 0)
+    except (KeyError, ValueError, TypeError) as e:
+        raise BenchSetupError(f"task {c['task']!r} with options {c['task_options']}: {e}") from None
     seeds, budget = tuple(seeds or c["seeds"]), float(budget or c["budget"])
     methods = tuple(methods or METHODS)
     tuning_seeds = tuple(llm_tuning.TUNING_SEEDS if tuning_seeds is None else tuning_seeds)
@@ -391,7 +403,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
                 a = rec.get("after")
                 log(f"    {rec['status']}; accuracy {before['accuracy']:.3f} -> "
                     + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
-    notes = [plot_curves(runs, plot)] if plot else []
+    notes = [plot_curves(runs, plot, f"{c['task']} {json.dumps(c['task_options'])}")] if plot else []
     if runs_dir is not None:
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
     return build_report(model, before, runs, budget, threads, c, notes, warm,

@@ -41,7 +41,8 @@ CUDA_FIRST = frozenset({"gpu"})
 OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm"}),
              "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}), "plot": frozenset({"rl", "llm"}),
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
-             "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"})}
+             "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
+             "task": frozenset({"llm"}), "task_options": frozenset({"llm"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
@@ -92,6 +93,10 @@ def register(subparsers) -> None:
     p.add_argument("--warm-start-minutes", type=_positive_float, default=None, metavar="M",
                    help="llm only: build a small Llama, train it by backprop on the task's solutions for M minutes, "
                         "and fine-tune that (demonstration 1)")
+    p.add_argument("--task", default=None, metavar="NAME",
+                   help="llm only: the task both methods train on (default: the demonstration's, see the guide)")
+    p.add_argument("--task-options", default=None, metavar="JSON",
+                   help="llm only: the task's options as JSON (default: the demonstration's with its task, else none)")
     p.add_argument("--tune", action="store_true", default=None,
                    help="llm only: first train each method's grid (the same number of settings for ES and GRPO) on "
                         "--tuning-seeds and pick its settings by validation accuracy (train problems, never test ones)")
