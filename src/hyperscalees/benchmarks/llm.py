@@ -331,26 +331,46 @@ def _quick_model(folder: Path) -> str:
     return str(llm.save_pretrained(model, tok, folder, overwrite=True))
 
 
+def with_task(c: dict, task: str | None, task_options) -> dict:
+    """``c`` with another task (its own default options unless given) or options (JSON text or a
+    dict), checked by building the task."""
+    if task is not None:
+        c = {**c, "task": task, "task_options": {}}
+    if task_options is not None:
+        c = {**c, "task_options": json.loads(task_options) if isinstance(task_options, str) else dict(task_options)}
+    try:
+        from ..tasks.llm import LLM_TASKS
+        LLM_TASKS[c["task"]](seed=0, options=c["task_options"]).problem("test", 0)
+    except (KeyError, ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
+        raise BenchSetupError(f"task {c['task']!r} with options {c['task_options']}: {e}") from None
+    return c
+
+
+def _tune(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool, log) -> dict:
+    """``llm_tuning.tune`` over real runs: every setting trained on every tuning seed, scored by validation."""
+    grids = {m: llm_tuning.GRIDS[m][:2] if quick else llm_tuning.GRIDS[m] for m in methods}
+    log(f"bench llm: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
+        f"{len(seeds)} seeds x {budget:g} s")
+
+    def validated(m, seed, settings):
+        rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
+        return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
+    tuning = llm_tuning.tune(grids, seeds, validated, log=log)
+    log(f"bench llm: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
+    return tuning
+
+
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
         tuning_seeds=None, task=None, task_options=None) -> Report:
     if device != "cpu":
         raise BenchSetupError("bench llm measures on the CPU only for now")
-    c = configs(quick)
-    if task is not None:  # another task: its own defaults unless options are given
-        c.update(task=task, task_options={})
-    if task_options is not None:
-        c["task_options"] = json.loads(task_options) if isinstance(task_options, str) else dict(task_options)
-    try:
-        from ..tasks.llm import LLM_TASKS
-        LLM_TASKS[c["task"]](seed=0, options=c["task_options"]).problem("test", 0)
-    except (KeyError, ValueError, TypeError) as e:
-        raise BenchSetupError(f"task {c['task']!r} with options {c['task_options']}: {e}") from None
+    c = with_task(configs(quick), task, task_options)
     seeds, budget = tuple(seeds or c["seeds"]), float(budget or c["budget"])
     methods = tuple(methods or METHODS)
-    tuning_seeds = tuple(llm_tuning.TUNING_SEEDS if tuning_seeds is None else tuning_seeds)
-    if tuning_seeds != llm_tuning.TUNING_SEEDS and not tune:
+    if tuning_seeds is not None and not tune:
         raise BenchSetupError("--tuning-seeds needs --tune (without it nothing is tuned)")
+    tuning_seeds = tuple(llm_tuning.TUNING_SEEDS if tuning_seeds is None else tuning_seeds)
     if tune and set(seeds) & set(tuning_seeds):
         raise BenchSetupError(f"seeds {sorted(set(seeds) & set(tuning_seeds))} are tuning seeds: report seeds "
                               "the settings were not chosen on")
@@ -374,18 +394,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         before = before_accuracy(model, c)
         log(f"bench llm: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
-        tuning, chosen = None, {m: None for m in methods}
-        if tune:
-            grids = {m: llm_tuning.GRIDS[m][:2] if quick else llm_tuning.GRIDS[m] for m in methods}
-            log(f"bench llm: tuning on seeds {list(tuning_seeds)}: {sum(map(len, grids.values()))} settings x "
-                f"{len(tuning_seeds)} seeds x {budget:g} s")
-
-            def validated(m, seed, settings):
-                rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
-                return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
-            tuning = llm_tuning.tune(grids, tuning_seeds, validated, log=log)
-            chosen = {m: t["chosen"] for m, t in tuning.items()}
-            log(f"bench llm: chosen {chosen}")
+        tuning = _tune(sides, model, methods, tuning_seeds, budget, threads, c, quick, log) if tune else None
+        chosen = {m: tuning[m]["chosen"] if tuning else None for m in methods}
         runs = {m: [] for m in methods}
         for i, seed in enumerate(seeds):
             order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
