@@ -139,13 +139,14 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
         ok = rc == 0 and summary is not None and bool(rows)
         if ok:  # scored here, outside the clock, as GRPO's: the run's own last evaluation may meet the deadline
             after = before_accuracy(summary["paths"]["export"], c)
-            val = validation_accuracy(summary["paths"]["export"], c) if validate else None
+            val = llm_tuning.validation_accuracy(summary["paths"]["export"], c) if validate else None
     if not ok:
         return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
     population = int(tuned.get("population", c["population"])) if tuned else c["population"]
     steps, train_s = int(rows[-1]["step"]), float(rows[-1]["time"])
     generations = steps * population * c["prompts"]
-    rec = {"method": "es", "seed": seed, "status": "ok", "after": after, "steps": steps, "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
+    rec = {"method": "es", "seed": seed, "status": "ok", "after": after, "steps": steps,
+           "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
            "generations_per_s": generations / train_s if train_s > 0 else None,
            "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
            "settings": {"population": population, "prompts": c["prompts"], **(tuned or {}),
@@ -154,7 +155,8 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
     return {**rec, "validation": val} if validate else rec
 
 
-def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int, tuned: dict | None = None) -> list[str]:
+def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
+                    tuned: dict | None = None) -> list[str]:
     """The GRPO command line (``benchmarks/grpo_run.py``); ``tuned``: learning_rate, generations."""
     tuned = tuned or {}
     argv = [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", c["task"],
@@ -174,7 +176,7 @@ def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned:
                              budget + STARTUP_SLACK_S, threads)
         rec = _last_json(out)
         ok = rc == 0 and rec is not None
-        val = validation_accuracy(str(Path(tmp) / "model"), c) if ok and validate else None
+        val = llm_tuning.validation_accuracy(str(Path(tmp) / "model"), c) if ok and validate else None
     if not ok:
         return {"method": "grpo", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
     rec = {**rec, "status": "ok", "argv": argv[3:]}
@@ -193,21 +195,6 @@ def before_accuracy(model: str, c: dict) -> dict:
     task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
                     c["eval_prompts"])
-
-
-def validation_accuracy(model: str, c: dict) -> dict:
-    """Held-out metrics on the validation problems (``llm_tuning``: the first E train problems of the
-    task built with ``VALIDATION_SEED``; never test problems): what ``--tune`` chooses by."""
-    import torch
-    from .. import llm
-    from ..tasks.llm import LLM_TASKS
-    from ..tasks.llm.evaluate import held_out
-    from .llm_tuning import VALIDATION_SEED
-    torch.manual_seed(0)
-    m, tok = llm.load_causal_lm(model)
-    task = LLM_TASKS[c["task"]](seed=VALIDATION_SEED, options=c["task_options"])
-    return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
-                    c["eval_prompts"], split="train")
 
 
 def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | None = None, batch: int = 16,
@@ -346,20 +333,6 @@ def with_task(c: dict, task: str | None, task_options) -> dict:
     return c
 
 
-def _tune(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool, log) -> dict:
-    """``llm_tuning.tune`` over real runs: every setting trained on every tuning seed, scored by validation."""
-    grids = {m: llm_tuning.GRIDS[m][:2] if quick else llm_tuning.GRIDS[m] for m in methods}
-    log(f"bench llm: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
-        f"{len(seeds)} seeds x {budget:g} s")
-
-    def validated(m, seed, settings):
-        rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
-        return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
-    tuning = llm_tuning.tune(grids, seeds, validated, log=log)
-    log(f"bench llm: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
-    return tuning
-
-
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
         tuning_seeds=None, task=None, task_options=None) -> Report:
@@ -394,7 +367,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         before = before_accuracy(model, c)
         log(f"bench llm: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
-        tuning = _tune(sides, model, methods, tuning_seeds, budget, threads, c, quick, log) if tune else None
+        tuning = (llm_tuning.run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log)
+                  if tune else None)
         chosen = {m: tuning[m]["chosen"] if tuning else None for m in methods}
         runs = {m: [] for m in methods}
         for i, seed in enumerate(seeds):

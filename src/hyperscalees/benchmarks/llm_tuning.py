@@ -15,7 +15,8 @@ The protocol, the same for ES and GRPO:
   entry, so the default stays unless another setting beats it.
 
 :func:`tune` holds the selection only: it calls ``train(method, seed, settings) -> validation
-accuracy or None`` (a failed run) for every cell, so it is tested with a fake.
+accuracy or None`` (a failed run) for every cell, so it is tested with a fake; :func:`run_grid`
+gives it real runs.
 """
 from __future__ import annotations
 
@@ -67,3 +68,33 @@ def tune(grids: dict[str, tuple[dict, ...]], seeds, train: Callable[[str, int, d
         best = 0 if best is None else best
         out[method] = {"grid": cells, "chosen": dict(grid[best]), "chosen_index": best}
     return out
+
+
+def validation_accuracy(model: str, c: dict) -> dict:
+    """A model folder's metrics on the validation problems (the first E train problems of the task
+    built with :data:`VALIDATION_SEED`; never test problems): what ``--tune`` chooses by."""
+    import torch
+    from .. import llm
+    from ..tasks.llm import LLM_TASKS
+    from ..tasks.llm.evaluate import held_out
+    torch.manual_seed(0)
+    m, tok = llm.load_causal_lm(model)
+    task = LLM_TASKS[c["task"]](seed=VALIDATION_SEED, options=c["task_options"])
+    return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
+                    c["eval_prompts"], split="train")
+
+
+def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,
+             log) -> dict:
+    """:func:`tune` over real runs (``sides[method]``: ``bench llm``'s run_es / run_grpo): every setting
+    trained on every tuning seed, scored by :func:`validation_accuracy`; ``quick``: two settings each."""
+    grids = {m: GRIDS[m][:2] if quick else GRIDS[m] for m in methods}
+    log(f"bench llm: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
+        f"{len(seeds)} seeds x {budget:g} s")
+
+    def validated(m, seed, settings):
+        rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
+        return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
+    tuning = tune(grids, seeds, validated, log=log)
+    log(f"bench llm: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
+    return tuning
