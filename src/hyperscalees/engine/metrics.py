@@ -77,7 +77,7 @@ class MetricsLogger:
         # rewritten atomically: a kill during a resume's rewrite must not lose the history
         atomic_write(self.jsonl_path, lambda tmp: self._write_jsonl(tmp, kept))
         atomic_write(self.csv_path, lambda tmp: self._write_csv(tmp, kept))
-        self.samples_path = self.directory / SAMPLES_FILE
+        self.samples_path, self.start_step = self.directory / SAMPLES_FILE, start_step
         if self.samples_path.exists():
             kept = [r for r in read_rows(self.samples_path) if r["step"] <= start_step] if start_step else []
             atomic_write(self.samples_path, lambda tmp: self._write_jsonl(tmp, kept))
@@ -110,7 +110,10 @@ class MetricsLogger:
             w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in self.columns})
 
     def log_samples(self, step: int, samples: list[dict]) -> None:
-        """Append ``samples`` (an evaluation's examples) to ``samples.jsonl``, each with ``step``, in one write."""
+        """Append ``samples`` (an evaluation's examples) to ``samples.jsonl``, each with ``step``, in one write;
+        none for a step the file already covers (a resumed run re-evaluating its checkpoint's step)."""
+        if self.start_step and step <= self.start_step:
+            return
         text = "".join(json.dumps({"step": step, **json_safe(s)[0]}) + "\n" for s in samples)
         with open(self.samples_path, "a") as f:
             f.write(text)
