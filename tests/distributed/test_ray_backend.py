@@ -367,3 +367,33 @@ def test_llm_population_generation_on_ray_workers_equals_the_local_run(ray_clust
     assert all(torch.equal(expected[k], got[k]) for k in expected)
     assert any(not torch.equal(start[k], expected[k]) for k in expected)
     assert report["workers"] == 2
+
+
+def test_train_llm_on_ray_equals_the_local_run(ray_cluster, tmp_path, capsys, no_plot):
+    """``train llm --backend ray``: each worker loads the tiny Llama folder, its members answer the
+    step's prompts and a user reward (a subprocess per worker) scores them; the weights after two
+    steps equal the in-process run's bit for bit, and the coordinator evaluates and writes samples."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
+    from tiny import save
+    folder = str(save("llama", tmp_path / "llama"))
+    reward = tmp_path / "variety.py"
+    reward.write_text("def variety(prompt, completion):\n    return float(len(set(completion)))\n")
+    argv = ["train", "llm", "--model", folder, "--task", "arithmetic", "--reward", f"{reward}:variety",
+            "--prompts", "2", "--max-new-tokens", "8", "--eval-prompts", "4", "--population", "8",
+            "--sigma", "0.05", "--lr", "0.01", "--steps", "2", "--chunk", "4", "--json"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each Ray worker (num_cpus=1)
+    try:
+        code, _, err = invoke(argv + ["--out", str(tmp_path / "local")], capsys)
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    code, out, err = invoke(argv + ["--backend", "ray", "--workers", "2", "--out", str(tmp_path / "ray")], capsys)
+    assert code == 0, err
+    assert '"backend": {"workers": 2' in out and "sample at step 2" in err
+    assert (tmp_path / "ray" / "samples.jsonl").read_text() == (tmp_path / "local" / "samples.jsonl").read_text()
+    got = params(tmp_path / "ray")
+    assert_same_params(got, params(tmp_path / "local"))
+    start = load_file(str(Path(folder) / "model.safetensors"))
+    assert any(not torch.equal(start[k], got[k]) for k in start if k in got), "two steps moved nothing"

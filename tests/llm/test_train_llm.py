@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -56,6 +57,25 @@ def test_train_llm_scores_held_out_problems_exports_and_resumes_exactly(folder, 
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # resume = uninterrupted run
     start = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).state_dict()
     assert any(not torch.equal(start[k], b[k]) for k in b)  # four steps moved the model
+    assert _lines(tmp_path / "part" / "samples.jsonl") == _lines(full["paths"]["samples"])  # resumed samples too
+
+
+def _lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_each_evaluation_writes_held_out_samples_and_logs_one(folder, tmp_path, no_plot, capsys):
+    from hyperscalees.tasks.llm.finetune import SAMPLES
+    summary = run(config(folder, tmp_path / "run", steps=3))  # evaluations at steps 2 and 3
+    rows = _lines(summary["paths"]["samples"])
+    assert [r["step"] for r in rows] == [2] * SAMPLES + [3] * SAMPLES
+    test = LLM_TASKS["arithmetic"]()
+    assert [r["prompt"] for r in rows[:SAMPLES]] == test.prompts("test", 0, SAMPLES)
+    for r in rows:
+        assert set(r) == {"step", "prompt", "completion", "reward", "correct"}
+        assert r["reward"] == test.reward(r["prompt"], r["completion"])  # the verifier's verdict on that answer
+    err = capsys.readouterr().err
+    assert err.count("sample at step ") == 2 and "completion=" in err and "reward=" in err
 
 
 def test_the_cli_refuses_a_missing_model_and_bad_task_options(tmp_path, capsys):
@@ -73,3 +93,30 @@ def test_training_prompts_depend_on_the_step_only(folder):
     b = LLMTask(seed=1, options={"model": folder, **ARITH})
     assert a.step_prompts(5) == b.step_prompts(5) != a.step_prompts(6)
     assert set(a.step_prompts(0)).isdisjoint(LLM_TASKS["arithmetic"]().prompts("test", 0, 200))
+
+
+def test_a_stop_request_during_held_out_evaluation_ends_it_within_one_chunk(folder, monkeypatch):
+    from hyperscalees import llm
+    from hyperscalees.engine.evaluations import Evaluations
+    from hyperscalees.tasks.llm import evaluate
+    from hyperscalees.tasks.llm.finetune import LLMTask
+    monkeypatch.setattr(evaluate, "EVAL_CHUNK", 2)
+    chunks, real, signal = [], llm.complete, []
+
+    def complete(model, tokenizer, prompts, *args, **kwargs):
+        chunks.append(len(prompts))
+        if len(chunks) == 1 and signal:
+            signal.append("SIGINT")  # Ctrl-C arrives while the first chunk generates
+        return real(model, tokenizer, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(llm, "complete", complete)
+    task = LLMTask(options={"model": folder, **ARITH, "eval_prompts": 6})
+    evals = Evaluations(task, task.build_model(), signalled=lambda: signal[-1] if len(signal) > 1 else None)
+    assert evals.run(1) and chunks == [2, 2, 2]  # a whole pass: three chunks
+    kept, metrics = task.samples(), evals.metrics
+    chunks.clear()
+    signal.append("armed")
+    assert not evals.run(2)
+    assert chunks == [2]  # stopped before the second chunk
+    assert evals.cut == (2, "SIGINT") and evals.step == 1 and evals.metrics == metrics
+    assert task.samples() == kept and task.stop_check is None  # the cut pass changed nothing the task keeps

@@ -93,6 +93,7 @@ def parse(argv=None):
     p.add_argument("--max-steps", type=int, default=1000, help="steps at most (the data set holds P x this)")
     p.add_argument("--learning-rate", type=float, default=None, help="default: TRL's (1e-6)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--save", default=None, metavar="DIR", help="save the trained model here (save_pretrained form)")
     return p.parse_args(argv)
 
 
@@ -137,6 +138,8 @@ def run(a) -> dict:
     steps = int(trainer.state.global_step)
     model.eval()
     after = held_out(task, model, tok, greedy, a.eval_prompts)
+    if a.save:
+        llm.save_pretrained(model, tok, a.save, overwrite=True)
     generations = steps * a.prompts * a.generations
     transformers = sys.modules["transformers"]  # loaded by trl (only llm/*.py import it by name)
     return {"method": "grpo", "seed": a.seed, "model": a.model, "task": a.task, "task_options": a.task_options,

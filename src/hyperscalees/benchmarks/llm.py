@@ -6,7 +6,8 @@ rotates with the seed), each in its own subprocess with the same intra-op thread
 
 - ``es``: ``hyperscalees train llm --model M --task T --seed S --time-budget B`` (EGGROLL, the
   task's defaults: population 32, sigma 1e-3, lr 1e-3, Adam, rank 1, scores normalised per
-  prompt), evaluated at the end only (``--eval-every`` past the last step). Its clock starts at
+  prompt), its exported model scored by this process after the run (the run's own evaluation,
+  at the end only, may be cut short by the budget's deadline). Its clock starts at
   the engine's start (after imports, with transformers imported first so its import is not
   counted), so loading the model and building the strategy count against ES.
 - ``grpo``: ``python -m hyperscalees.benchmarks.grpo_run`` (TRL's ``GRPOTrainer``, TRL's
@@ -16,7 +17,12 @@ rotates with the seed), each in its own subprocess with the same intra-op thread
 
 Both stop before the next step would pass the budget. One evaluator (``tasks/llm/evaluate.py``):
 greedy answers to the first E held-out problems (the same for every seed), before and after,
-outside the clock. Neither side was tuned for this benchmark: both run their library defaults.
+outside the clock. By default neither side is tuned: both run their library defaults. With
+``--tune`` (``llm_tuning``), each method first trains every setting of its grid (ES: lr, sigma,
+population; GRPO: learning rate, generations; the same number of settings) on ``--tuning-seeds``
+(default 0) for the same budget, and the reported seeds run the setting with the best mean
+validation accuracy (train problems of a set-aside seed, never test problems); the grid, every
+score and the choice go into the JSON (``tuning``).
 
 Reported per method and seed: held-out accuracy before and after, formatted share, steps,
 training seconds, generations per second (completions of the step's prompts per training
@@ -30,6 +36,7 @@ demonstration 1 of the LLM guide. ``--quick`` builds a tiny model and runs a few
 
     hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M) [--seeds S ...]
                            [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
+                           [--tune [--tuning-seeds S ...]]
 """
 from __future__ import annotations
 
@@ -42,10 +49,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import llm_tuning
 from .base import BenchSetupError, Report, environment
 
 QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, EGGROLL) vs GRPO (TRL), one evaluator, "
-            "untuned defaults on both sides")
+            "the same tuning budget on both sides (none by default, --tune for a grid on tuning seeds)")
+UNTUNED = "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)"
 METHODS = ("es", "grpo")
 TASK = "arithmetic"
 TASK_OPTIONS = {"min_steps": 1, "max_steps": 1, "max_number": 9}  # one step, small numbers: a tiny model learns it
@@ -65,11 +74,12 @@ ES_PRELOAD = ("import json, pathlib, sys, transformers\n"
 
 
 def configs(quick: bool) -> dict:
+    task = dict(task=TASK, task_options=dict(TASK_OPTIONS))
     if quick:
         return dict(seeds=(100,), budget=3.0, prompts=2, generations=4, population=8, max_new_tokens=8,
-                    eval_prompts=4)
+                    eval_prompts=4, **task)
     return dict(seeds=(100, 101, 102), budget=150.0, prompts=4, generations=8, population=32, max_new_tokens=48,
-                eval_prompts=64)
+                eval_prompts=64, **task)
 
 
 def _env(threads: int) -> dict:
@@ -102,65 +112,87 @@ def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, st
         return None, "", f"killed after {timeout:g} s"
 
 
-def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict) -> list[str]:
-    """The ES command line: the one place to adjust ES's flags."""
-    return [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", TASK,
-            "--task-options", json.dumps(TASK_OPTIONS), "--seed", str(seed), "--prompts", str(c["prompts"]),
+def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, tuned: dict | None = None) -> list[str]:
+    """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population
+    (``llm_tuning.ES_GRID``); the population defaults to the benchmark's, lr and sigma to train llm's."""
+    tuned = tuned or {}
+    argv = [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", c["task"],
+            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed), "--prompts", str(c["prompts"]),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
-            "--population", str(c["population"]), "--time-budget", f"{budget:g}", "--steps", str(ES_MAX_STEPS),
-            "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
+            "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
+            "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
+    return argv + [a for k in ("lr", "sigma") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
 
 
-def run_es(model: str, seed: int, budget: float, threads: int, c: dict) -> dict:
+def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
+           validate: bool = False) -> dict:
+    """One ES run; ``validate``: also score the exported model on the validation problems (tuning)."""
     from ..engine.metrics import JSONL_FILE, read_rows
     with tempfile.TemporaryDirectory(prefix="hs_bench_llm_") as tmp:
-        argv = es_invocation(model, seed, budget, Path(tmp) / "run", c)
+        argv = es_invocation(model, seed, budget, Path(tmp) / "run", c, tuned)
         rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
         summary = _last_json(out)
         try:
             rows = read_rows(Path(tmp) / "run" / JSONL_FILE)
         except Exception:  # noqa: BLE001 - a failed run may leave no or a torn file; reported as failed
             rows = []
-    if rc != 0 or summary is None or not rows:
+        ok = rc == 0 and summary is not None and bool(rows)
+        if ok:  # scored here, outside the clock, as GRPO's: the run's own last evaluation may meet the deadline
+            after = before_accuracy(summary["paths"]["export"], c)
+            val = llm_tuning.validation_accuracy(summary["paths"]["export"], c) if validate else None
+    if not ok:
         return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
+    population = int(tuned.get("population", c["population"])) if tuned else c["population"]
     steps, train_s = int(rows[-1]["step"]), float(rows[-1]["time"])
-    generations = steps * c["population"] * c["prompts"]
-    return {"method": "es", "seed": seed, "status": "ok", "after": {k: summary["metrics"][k] for k in
-                                                                   ("accuracy", "formatted", "reward")},
-            "steps": steps, "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
-            "generations_per_s": generations / train_s if train_s > 0 else None,
-            "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
-            "settings": {"population": c["population"], "prompts": c["prompts"],
-                         "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
-                         "budget_s": budget, "threads": threads}}
+    generations = steps * population * c["prompts"]
+    rec = {"method": "es", "seed": seed, "status": "ok", "after": after, "steps": steps,
+           "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
+           "generations_per_s": generations / train_s if train_s > 0 else None,
+           "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
+           "settings": {"population": population, "prompts": c["prompts"], **(tuned or {}),
+                        "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
+                        "budget_s": budget, "threads": threads}}
+    return {**rec, "validation": val} if validate else rec
 
 
-def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int) -> list[str]:
-    """The GRPO command line (``benchmarks/grpo_run.py``)."""
-    return [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", TASK,
-            "--task-options", json.dumps(TASK_OPTIONS), "--seed", str(seed), "--prompts", str(c["prompts"]),
-            "--generations", str(c["generations"]), "--max-new-tokens", str(c["max_new_tokens"]),
-            "--eval-prompts", str(c["eval_prompts"]), "--budget", f"{budget:g}", "--threads", str(threads)]
+def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
+                    tuned: dict | None = None) -> list[str]:
+    """The GRPO command line (``benchmarks/grpo_run.py``); ``tuned``: learning_rate, generations."""
+    tuned = tuned or {}
+    argv = [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", c["task"],
+            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed), "--prompts", str(c["prompts"]),
+            "--generations", str(tuned.get("generations", c["generations"])),
+            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
+            "--budget", f"{budget:g}", "--threads", str(threads)]
+    return argv + (["--learning-rate", f"{tuned['learning_rate']:g}"] if "learning_rate" in tuned else [])
 
 
-def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict) -> dict:
-    argv = grpo_invocation(model, seed, budget, c, threads)
-    rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
-    rec = _last_json(out)
-    if rc != 0 or rec is None:
+def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
+             validate: bool = False) -> dict:
+    """One GRPO run; ``validate``: also save the trained model and score it on the validation problems."""
+    with tempfile.TemporaryDirectory(prefix="hs_bench_llm_grpo_") as tmp:
+        argv = grpo_invocation(model, seed, budget, c, threads, tuned)
+        rc, out, err = _call(argv + (["--save", str(Path(tmp) / "model")] if validate else []),
+                             budget + STARTUP_SLACK_S, threads)
+        rec = _last_json(out)
+        ok = rc == 0 and rec is not None
+        val = llm_tuning.validation_accuracy(str(Path(tmp) / "model"), c) if ok and validate else None
+    if not ok:
         return {"method": "grpo", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
-    return {**rec, "status": "ok", "argv": argv[3:]}
+    rec = {**rec, "status": "ok", "argv": argv[3:]}
+    return {**rec, "validation": val} if validate else rec
 
 
 def before_accuracy(model: str, c: dict) -> dict:
-    """The starting model's held-out metrics (the same evaluator; the test split is the same for every seed)."""
+    """A model folder's held-out metrics (the same evaluator for the starting model and ES's result;
+    the test split is the same for every seed)."""
     import torch
     from .. import llm
     from ..tasks.llm import LLM_TASKS
     from ..tasks.llm.evaluate import held_out
     torch.manual_seed(0)
     m, tok = llm.load_causal_lm(model)
-    task = LLM_TASKS[TASK](seed=0, options=TASK_OPTIONS)
+    task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
                     c["eval_prompts"])
 
@@ -176,7 +208,7 @@ def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | No
     from ..tasks.llm import LLM_TASKS
     from ..tasks.llm.evaluate import held_out
     size = size or WARM_SIZE
-    task = LLM_TASKS[TASK](seed=seed, options=TASK_OPTIONS)
+    task = LLM_TASKS[c["task"]](seed=seed, options=c["task_options"])
     model, tok = char_llama(seed=seed, **size)
     sampling = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",))
     before = held_out(task, model, tok, sampling, c["eval_prompts"])
@@ -206,7 +238,7 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: float, threads: int, c: dict,
-                 notes=(), warm: dict | None = None) -> Report:
+                 notes=(), warm: dict | None = None, tuning: dict | None = None) -> Report:
     rep = Report("llm", QUESTION, COLUMNS)
     nan = lambda v: float("nan") if v is None else v
     summaries = {}
@@ -222,14 +254,18 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
         rep.rows.append([m, "median [min, max]", before["accuracy"], spread, "", "", nan(s["steps_median"]),
                          nan(s["train_s_median"]), nan(s["gen_per_s_median"])])
     med = {m: s["acc_after_median"] for m, s in summaries.items() if s["acc_after_median"] is not None}
-    rep.summary = {"model": model, "task": TASK, "task_options": TASK_OPTIONS, "budget_s": budget,
+    rep.summary = {"model": model, "task": c["task"], "task_options": c["task_options"], "budget_s": budget,
                    "threads": threads, "before": before, "acc_after_median": med,
                    "settings": {k: c[k] for k in ("prompts", "generations", "population", "max_new_tokens",
                                                   "eval_prompts")},
-                   "tuned": "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)",
+                   "tuned": UNTUNED if tuning is None else llm_tuning.PROTOCOL.format(
+                       seeds=tuning["seeds"], budget=budget,
+                       chosen={m: t["chosen"] for m, t in tuning["methods"].items()}),
                    "environment": environment()}
     if warm:
         rep.summary["warm_start"] = warm
+    if tuning:
+        rep.summary["tuning"] = {**tuning, "validation": llm_tuning.VALIDATION.format(count=c["eval_prompts"])}
     rep.details = {"methods": summaries, "runs": runs}
     rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} test problems (same for every seed); "
                   "acc_before is the starting model's",
@@ -248,7 +284,7 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
 LABELS = {"es": ("ES: EGGROLL (train llm)", "C0"), "grpo": ("GRPO (TRL)", "C1")}
 
 
-def plot_curves(runs: dict[str, list[dict]], path: Path) -> str:
+def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> str:
     """Mean train reward per step against training wall clock, every seed of both methods."""
     try:
         import matplotlib
@@ -264,7 +300,7 @@ def plot_curves(runs: dict[str, list[dict]], path: Path) -> str:
             ax.plot([p[0] for p in c], [p[1] for p in c], color=color, alpha=0.6, lw=1,
                     label=f"{label} ({len(rs)} seeds)" if i == 0 else None)
     ax.set(xlabel="training wall clock (s)", ylabel="mean train reward per step",
-           title=f"{TASK} {json.dumps(TASK_OPTIONS)}")
+           title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -282,13 +318,35 @@ def _quick_model(folder: Path) -> str:
     return str(llm.save_pretrained(model, tok, folder, overwrite=True))
 
 
+def with_task(c: dict, task: str | None, task_options) -> dict:
+    """``c`` with another task (its own default options unless given) or options (JSON text or a
+    dict), checked by building the task."""
+    if task is not None:
+        c = {**c, "task": task, "task_options": {}}
+    if task_options is not None:
+        c = {**c, "task_options": json.loads(task_options) if isinstance(task_options, str) else dict(task_options)}
+    try:
+        from ..tasks.llm import LLM_TASKS
+        LLM_TASKS[c["task"]](seed=0, options=c["task_options"]).problem("test", 0)
+    except (KeyError, ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
+        raise BenchSetupError(f"task {c['task']!r} with options {c['task_options']}: {e}") from None
+    return c
+
+
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
-        runs_dir=None, model=None, warm_start_minutes=None, methods=None) -> Report:
+        runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
+        tuning_seeds=None, task=None, task_options=None) -> Report:
     if device != "cpu":
         raise BenchSetupError("bench llm measures on the CPU only for now")
-    c = configs(quick)
+    c = with_task(configs(quick), task, task_options)
     seeds, budget = tuple(seeds or c["seeds"]), float(budget or c["budget"])
     methods = tuple(methods or METHODS)
+    if tuning_seeds is not None and not tune:
+        raise BenchSetupError("--tuning-seeds needs --tune (without it nothing is tuned)")
+    tuning_seeds = tuple(llm_tuning.TUNING_SEEDS if tuning_seeds is None else tuning_seeds)
+    if tune and set(seeds) & set(tuning_seeds):
+        raise BenchSetupError(f"seeds {sorted(set(seeds) & set(tuning_seeds))} are tuning seeds: report seeds "
+                              "the settings were not chosen on")
     if "grpo" in methods:
         import importlib.util
         if importlib.util.find_spec("trl") is None:
@@ -309,6 +367,9 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         before = before_accuracy(model, c)
         log(f"bench llm: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
+        tuning = (llm_tuning.run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log)
+                  if tune else None)
+        chosen = {m: tuning[m]["chosen"] if tuning else None for m in methods}
         runs = {m: [] for m in methods}
         for i, seed in enumerate(seeds):
             order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
@@ -316,7 +377,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
                 load = os.getloadavg()[0]
                 log(f"  seed {seed}: {m} (budget {budget:g} s, load {load:.2f})")
                 t = time.perf_counter()
-                rec = {**sides[m](model, seed, budget, threads, c), "load_before": load,
+                rec = {**sides[m](model, seed, budget, threads, c, chosen[m]), "load_before": load,
                        "wall_s": round(time.perf_counter() - t, 1)}
                 runs[m].append(rec)
                 if runs_dir is not None:
@@ -326,7 +387,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
                 a = rec.get("after")
                 log(f"    {rec['status']}; accuracy {before['accuracy']:.3f} -> "
                     + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
-    notes = [plot_curves(runs, plot)] if plot else []
+    notes = [plot_curves(runs, plot, f"{c['task']} {json.dumps(c['task_options'])}")] if plot else []
     if runs_dir is not None:
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
-    return build_report(model, before, runs, budget, threads, c, notes, warm)
+    return build_report(model, before, runs, budget, threads, c, notes, warm,
+                        tuning and {"seeds": list(tuning_seeds), "methods": tuning})

@@ -15,7 +15,8 @@ against plain batched generation of the same rows, and the update against an Ada
 ``llm`` fine-tunes one model folder (``--model``, or ``--warm-start-minutes M`` to build and
 warm-start a small Llama first) by ES (``train llm``) and by GRPO (TRL, the ``grpo`` extra) under
 the same wall-clock budget per seed, and reports held-out accuracy before and after; it takes
-``--seeds``, ``--budget``, ``--plot``, ``--runs-dir`` and ``--threads`` (default 1) like ``rl``.
+``--seeds``, ``--budget``, ``--plot``, ``--runs-dir`` and ``--threads`` (default 1) like ``rl``,
+and ``--tune`` (with ``--tuning-seeds``) to choose both methods' settings on a grid first.
 
 The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
@@ -39,8 +40,9 @@ CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
 OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm"}),
              "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}), "plot": frozenset({"rl", "llm"}),
-             "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl"}), "runs_dir": frozenset({"rl", "llm"}),
-             "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"})}
+             "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
+             "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
+             "task": frozenset({"llm"}), "task_options": frozenset({"llm"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
@@ -73,7 +75,8 @@ def register(subparsers) -> None:
     p.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="S",
                    help="rl, llm: seeds to report (default: 100 ... 109; with --quick: 100); never a tuning seed")
     p.add_argument("--tuning-seeds", type=_seed, nargs="+", default=None, metavar="S",
-                   help="rl only: the seeds the ES settings were tuned on, refused as --seeds (default: 0 1 2 3 4)")
+                   help="rl, llm: the seeds settings are tuned on, refused as --seeds (default: rl 0 1 2 3 4; "
+                        "llm 0, with --tune)")
     p.add_argument("--methods", nargs="+", default=None, choices=("es", "openes", "ppo"), metavar="M",
                    help="rl only: es (EGGROLL) | openes (full rank) | ppo (needs the PPO venv) (default: all three)")
     p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
@@ -90,6 +93,13 @@ def register(subparsers) -> None:
     p.add_argument("--warm-start-minutes", type=_positive_float, default=None, metavar="M",
                    help="llm only: build a small Llama, train it by backprop on the task's solutions for M minutes, "
                         "and fine-tune that (demonstration 1)")
+    p.add_argument("--task", default=None, metavar="NAME",
+                   help="llm only: the task both methods train on (default: the demonstration's, see the guide)")
+    p.add_argument("--task-options", default=None, metavar="JSON",
+                   help="llm only: the task's options as JSON (default: the demonstration's with its task, else none)")
+    p.add_argument("--tune", action="store_true", default=None,
+                   help="llm only: first train each method's grid (the same number of settings for ES and GRPO) on "
+                        "--tuning-seeds and pick its settings by validation accuracy (train problems, never test ones)")
     p.set_defaults(func=run)
 
 

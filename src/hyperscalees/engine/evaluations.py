@@ -3,8 +3,8 @@
 A validation pass can take far longer than a step (``lm``: tens of seconds for 32k tokens on a
 CPU). Waiting for it after Ctrl-C, SIGTERM or the end of ``--time-budget`` would stop the run
 a pass late, so every evaluation runs with the task's ``stop_check`` set: tasks poll it
-between windows or env steps (``AbstractTask.check_stop``) and one cut short raises before it
-changes anything the task keeps. The run then reports the last *complete* evaluation and says
+between windows, env steps or generate chunks (``AbstractTask.check_stop``) and one cut short
+raises before it changes anything the task keeps. The run then reports the last *complete* evaluation and says
 from which step it is; its checkpoint is the step's state, untouched, and resumes exactly.
 
 What may stop which evaluation:

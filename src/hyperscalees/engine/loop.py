@@ -33,7 +33,7 @@ from .config import TrainConfig, check_device
 from .evaluations import Evaluations
 from .files import BadFileError, check_directory, exclusive
 from .interrupt import StopRequest, signal_name
-from .metrics import CSV_FILE, JSONL_FILE, MetricsLogger, plot_curve
+from .metrics import CSV_FILE, JSONL_FILE, SAMPLES_FILE, MetricsLogger, plot_curve
 from .recipe import TaskRecipe
 from .relocate import check_data_present, check_resumed_data, relocated, same_run_options
 from .restarts import StallRestarts, restart
@@ -141,6 +141,7 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                     row["restarts"] = restarts.count  # this step began from a new draw
                 if (due or last) and evals.run(es.step):
                     row.update(evals.metrics)
+                    _show_samples(task, logger, es.step)
                     if restarts is not None:
                         _observe(restarts, task, evals.metrics, es.step)
                 out_of_time = out_of_time or evals.past_deadline()  # a validation ran into the deadline
@@ -159,7 +160,8 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                     stopped = "time_budget"
                     break
             if evals.step != es.step and evals.cut is None:  # nothing ran (a resume at its last step), or
-                evals.run(es.step)                             # a signal came between two steps
+                if evals.run(es.step):                         # a signal came between two steps
+                    _show_samples(task, logger, es.step)
             metrics = {**evals.metrics, **evals.final()}  # once per run: the test split
         if stop.requested and es.step < eng.steps:
             stopped = signal_name(stop.signum)
@@ -262,6 +264,23 @@ def _check_population(stats: dict, size: int, step: int, out: Path | None) -> No
                             f"stopped without saving it, {_kept(out)}. Try a smaller lr or sigma")
 
 
+def _show_samples(task: AbstractTask, logger: MetricsLogger | None, step: int) -> None:
+    """The evaluation's examples (if the task has any) to ``samples.jsonl``, and the first to the log."""
+    samples = task.samples()
+    if not samples:
+        return
+    if logger:
+        logger.log_samples(step, samples)
+    shown = "  ".join(f"{k}={_clip(v)}" for k, v in samples[0].items())
+    tqdm.write(f"sample at step {step}: {shown}", file=sys.stderr)
+
+
+def _clip(value, width: int = 160) -> str:
+    text = repr(value)
+    half = width // 2
+    return text if len(text) <= width else text[:half] + " ... " + text[-half:]
+
+
 def _kept(out: Path | None) -> str:
     saved = checkpoint_step(out) if out else None
     return (f"the checkpoint of step {saved} in {str(out)!r} is kept" if saved is not None
@@ -296,6 +315,8 @@ def _finish(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stoppe
         paths = {"out": str(out), "checkpoint": str(files["pointer"]), "model": str(files["model"]),
                  "metrics_jsonl": str(out / JSONL_FILE), "metrics_csv": str(out / CSV_FILE),
                  "plot": str(plot) if plot else None}
+        if (out / SAMPLES_FILE).exists():
+            paths["samples"] = str(out / SAMPLES_FILE)
         paths.update(task.export(es.model, out))
     return {"task": cfg.task, "strategy": cfg.strategy, "steps": es.step, "target_steps": cfg.engine.steps,
             "stopped": stopped, "metric": task.metric, "metrics": metrics, "solved": task.solved(metrics),

@@ -7,6 +7,10 @@ its history. On resume, rows past the checkpoint's step (written after it, then 
 the crash) are dropped so the files match an uninterrupted run, and so is an unterminated
 last line (an append cut short by the crash). ``time`` is seconds since the current
 invocation started (it restarts at a resume).
+
+``samples.jsonl`` holds what a task shows of its evaluations (``AbstractTask.samples``: an LLM's
+held-out answers), one line per example with its ``step``; each evaluation's lines go in one
+append, and a resume drops lines past the checkpoint the same way.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from .files import BadFileError, atomic_write, json_safe
 
 JSONL_FILE = "metrics.jsonl"
 CSV_FILE = "metrics.csv"
+SAMPLES_FILE = "samples.jsonl"
 PLOT_FILE = "curve.png"
 STEP_COLUMNS = ("step", "fitness_mean", "fitness_max", "grad_norm", "sigma", "lr", "nonfinite", "time")
 
@@ -72,12 +77,17 @@ class MetricsLogger:
         # rewritten atomically: a kill during a resume's rewrite must not lose the history
         atomic_write(self.jsonl_path, lambda tmp: self._write_jsonl(tmp, kept))
         atomic_write(self.csv_path, lambda tmp: self._write_csv(tmp, kept))
+        self.samples_path, self.start_step = self.directory / SAMPLES_FILE, start_step
+        if self.samples_path.exists():
+            kept = [r for r in read_rows(self.samples_path) if r["step"] <= start_step] if start_step else []
+            atomic_write(self.samples_path, lambda tmp: self._write_jsonl(tmp, kept))
 
     def moved_to(self, directory: str | Path) -> None:
         """Go on appending in ``directory``: the run directory was renamed (an ``--overwrite`` swap)."""
         self.directory = Path(directory)
         self.jsonl_path = self.directory / JSONL_FILE
         self.csv_path = self.directory / CSV_FILE
+        self.samples_path = self.directory / SAMPLES_FILE
 
     def _write_jsonl(self, path: str, rows: list[dict]) -> None:
         with open(path, "w") as f:
@@ -98,6 +108,15 @@ class MetricsLogger:
         with open(self.csv_path, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
             w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in self.columns})
+
+    def log_samples(self, step: int, samples: list[dict]) -> None:
+        """Append ``samples`` (an evaluation's examples) to ``samples.jsonl``, each with ``step``, in one write;
+        none for a step the file already covers (a resumed run re-evaluating its checkpoint's step)."""
+        if self.start_step and step <= self.start_step:
+            return
+        text = "".join(json.dumps({"step": step, **json_safe(s)[0]}) + "\n" for s in samples)
+        with open(self.samples_path, "a") as f:
+            f.write(text)
 
 
 def reference_metrics(rows: list[dict], metric: str) -> list[str]:

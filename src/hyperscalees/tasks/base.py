@@ -95,6 +95,11 @@ class AbstractTask:
         """Metrics of the unperturbed model; must contain ``self.metric``."""
         raise NotImplementedError
 
+    def samples(self) -> list[dict]:
+        """Examples from the last complete :meth:`evaluate` (e.g. a held-out prompt, the model's
+        answer and its reward) that the run appends to ``samples.jsonl`` and shows one of; none by default."""
+        return []
+
     def es_options(self, model: nn.Module) -> dict:
         """Extra keyword arguments of the ES facade for this model (e.g. ``groups``); none by default."""
         return {}

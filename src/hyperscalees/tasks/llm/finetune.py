@@ -6,8 +6,9 @@ answer in one batched ``generate`` per chunk (``hyperscalees.llm``), the task's 
 user's ``--reward file.py:function``) scores every answer, and the (members, P) scores are
 normalised per prompt across members, then averaged per member (``group_fitness=per_group``:
 the reference's semantics). Evaluation answers held-out problems greedily with the unperturbed
-model: ``accuracy`` (correct answers), ``reward`` and ``formatted`` (well-formed answers). At
-the end the model is exported in ``save_pretrained`` form to ``OUT/export``.
+model: ``accuracy`` (correct answers), ``reward`` and ``formatted`` (well-formed answers); the
+first few answers go to the run's ``samples.jsonl`` and one to the log. At the end the model is
+exported in ``save_pretrained`` form to ``OUT/export``.
 
 Dimensions: N members in the chunk, P prompts per step, T new tokens at most.
 """
@@ -26,6 +27,7 @@ from . import LLM_TASKS, SafeReward
 from .evaluate import held_out
 
 SHORTCUTS = {"smollm2": llm.smollm2_path}  # offline models known by name
+SAMPLES = 3  # held-out answers each evaluation writes to samples.jsonl
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class LLMTask(AbstractTask):
         self.sampling = llm.Sampling(max_new_tokens=o.max_new_tokens, stop=(o.stop,) if o.stop else ())
         self.tokenizer = None
         self._tokens, self._since = 0, time.perf_counter()
+        self._samples: list[dict] = []
 
     @classmethod
     def model_es_defaults(cls, options: dict) -> dict:
@@ -120,9 +123,16 @@ class LLMTask(AbstractTask):
 
     # -- held-out metrics -------------------------------------------------------------------
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        self.last_sample = {}
-        return held_out(self.problems, model, self.tokenizer, self.sampling, self.options.eval_prompts,
-                        sample=self.last_sample)
+        """Held-out accuracy of ``model``; a stop request is polled between generate chunks and
+        cuts the evaluation short (:class:`EvaluationStopped`) leaving the last samples as they were."""
+        records = []
+        metrics = held_out(self.problems, model, self.tokenizer, self.sampling, self.options.eval_prompts,
+                           samples=records, check=self.check_stop)
+        self._samples = records[:SAMPLES]
+        return metrics
+
+    def samples(self) -> list[dict]:
+        return list(self._samples)
 
     def metric_names(self):
         return ("accuracy", "formatted", "reward")

@@ -1,0 +1,100 @@
+"""``bench llm --tune``: pick each method's settings on tuning seeds, by validation accuracy.
+
+The protocol, the same for ES and GRPO:
+
+- each method has a grid of the same size (:data:`ES_GRID`: lr, sigma, population; :data:`GRPO_GRID`:
+  learning rate, generations per prompt); the first entry is the untuned default;
+- every setting trains on every tuning seed (disjoint from the reported seeds) for the same
+  wall-clock budget as a reported run, so both methods get the same tuning budget: grid size x
+  tuning seeds x budget seconds;
+- a setting's score is its mean **validation** accuracy over the tuning seeds: greedy answers to
+  the first V problems of the train split of the task built with :data:`VALIDATION_SEED`. Problems
+  are assigned to a split by content, so none of them is a test problem (the reported accuracy is
+  on the test split, never looked at while tuning);
+- the best mean wins; ties (and settings whose runs failed, scored as missing) go to the earlier
+  entry, so the default stays unless another setting beats it.
+
+:func:`tune` holds the selection only: it calls ``train(method, seed, settings) -> validation
+accuracy or None`` (a failed run) for every cell, so it is tested with a fake; :func:`run_grid`
+gives it real runs.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Callable
+
+VALIDATION_SEED = 999_983  # the task seed whose train split holds the validation problems
+TUNING_SEEDS = (0,)
+ES_GRID = ({"lr": 1e-3, "sigma": 1e-3, "population": 32},   # train llm's defaults
+           {"lr": 1e-2, "sigma": 1e-2, "population": 32},
+           {"lr": 3e-3, "sigma": 3e-3, "population": 16})
+GRPO_GRID = ({"learning_rate": 1e-6, "generations": 8},      # TRL's default learning rate
+             {"learning_rate": 1e-4, "generations": 8},
+             {"learning_rate": 1e-3, "generations": 4})
+GRIDS = {"es": ES_GRID, "grpo": GRPO_GRID}
+PROTOCOL = ("each method's grid (same size) trained on tuning seeds {seeds} for {budget:g} s per setting and seed, "
+            "chosen by mean validation accuracy: {chosen}")
+VALIDATION = (f"the first {{count}} train problems of the task built with seed {VALIDATION_SEED}, greedy; "
+              "disjoint from the test problems by content")
+
+
+def check_grids(grids: dict[str, tuple[dict, ...]]) -> None:
+    """Equal tuning budgets: every method's grid has the same number of settings (at least one)."""
+    sizes = {m: len(g) for m, g in grids.items()}
+    if len(set(sizes.values())) > 1 or min(sizes.values(), default=0) < 1:
+        raise ValueError(f"every method needs a grid of the same size (the same tuning budget), got {sizes}")
+
+
+def tune(grids: dict[str, tuple[dict, ...]], seeds, train: Callable[[str, int, dict], float | None],
+         log=lambda msg: None) -> dict:
+    """``{method: {"grid": [{"settings", "validation": [per seed], "mean"}...], "chosen": settings,
+    "chosen_index": i}}``: every setting of every method trained on every tuning seed, the best mean
+    validation accuracy chosen (ties and failures go to the earlier entry)."""
+    check_grids(grids)
+    seeds = tuple(seeds)
+    if not seeds:
+        raise ValueError("tuning needs at least one tuning seed")
+    out = {}
+    for method, grid in grids.items():
+        cells, best = [], None
+        for i, settings in enumerate(grid):
+            scores = [train(method, seed, dict(settings)) for seed in seeds]
+            known = [s for s in scores if s is not None]
+            mean = statistics.fmean(known) if len(known) == len(scores) else None  # a failed seed disqualifies
+            cells.append({"settings": dict(settings), "validation": scores, "mean": mean})
+            log(f"  tuning {method} {settings}: validation accuracy {scores}")
+            if mean is not None and (best is None or mean > cells[best]["mean"]):
+                best = i
+        best = 0 if best is None else best
+        out[method] = {"grid": cells, "chosen": dict(grid[best]), "chosen_index": best}
+    return out
+
+
+def validation_accuracy(model: str, c: dict) -> dict:
+    """A model folder's metrics on the validation problems (the first E train problems of the task
+    built with :data:`VALIDATION_SEED`; never test problems): what ``--tune`` chooses by."""
+    import torch
+    from .. import llm
+    from ..tasks.llm import LLM_TASKS
+    from ..tasks.llm.evaluate import held_out
+    torch.manual_seed(0)
+    m, tok = llm.load_causal_lm(model)
+    task = LLM_TASKS[c["task"]](seed=VALIDATION_SEED, options=c["task_options"])
+    return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
+                    c["eval_prompts"], split="train")
+
+
+def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,
+             log) -> dict:
+    """:func:`tune` over real runs (``sides[method]``: ``bench llm``'s run_es / run_grpo): every setting
+    trained on every tuning seed, scored by :func:`validation_accuracy`; ``quick``: two settings each."""
+    grids = {m: GRIDS[m][:2] if quick else GRIDS[m] for m in methods}
+    log(f"bench llm: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
+        f"{len(seeds)} seeds x {budget:g} s")
+
+    def validated(m, seed, settings):
+        rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
+        return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
+    tuning = tune(grids, seeds, validated, log=log)
+    log(f"bench llm: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
+    return tuning

@@ -1,0 +1,111 @@
+"""bench llm --tune: the selection on tuning seeds by validation accuracy, with fake runs (no training)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from hyperscalees.benchmarks import llm as bench_llm
+from hyperscalees.benchmarks import llm_tuning
+from hyperscalees.benchmarks.base import BenchSetupError
+from hyperscalees.cli.main import main
+
+GRIDS = {"es": ({"lr": 1}, {"lr": 2}, {"lr": 3}), "grpo": ({"learning_rate": 1}, {"learning_rate": 2},
+                                                           {"learning_rate": 3})}
+
+
+def test_the_best_mean_validation_accuracy_wins_and_every_cell_is_recorded():
+    scores = {("es", 1): [0.1, 0.2], ("es", 2): [0.4, 0.2], ("es", 3): [0.3, 0.2],
+              ("grpo", 1): [0.5, 0.5], ("grpo", 2): [0.1, 0.0], ("grpo", 3): [0.2, 0.2]}
+    calls = []
+
+    def train(method, seed, settings):
+        calls.append((method, seed, settings))
+        return scores[method, next(iter(settings.values()))][seed]
+
+    out = llm_tuning.tune(GRIDS, (0, 1), train)
+    assert len(calls) == 12 and {s for _, s, _ in calls} == {0, 1}   # every setting on every tuning seed
+    assert out["es"]["chosen"] == {"lr": 2} and out["es"]["chosen_index"] == 1
+    assert out["grpo"]["chosen"] == {"learning_rate": 1}               # the default kept when it is best
+    assert [c["validation"] for c in out["es"]["grid"]] == [[0.1, 0.2], [0.4, 0.2], [0.3, 0.2]]
+    assert out["es"]["grid"][1]["mean"] == pytest.approx(0.3)
+
+
+def test_ties_go_to_the_earlier_setting_and_a_failed_seed_disqualifies_it():
+    scores = {1: [0.2, 0.2], 2: [0.2, 0.2], 3: [0.9, None]}
+    out = llm_tuning.tune({"es": GRIDS["es"]}, (0, 1), lambda m, seed, s: scores[s["lr"]][seed])
+    assert out["es"]["chosen"] == {"lr": 1} and out["es"]["grid"][2]["mean"] is None
+    failed = llm_tuning.tune({"es": GRIDS["es"]}, (0,), lambda m, seed, s: None)
+    assert failed["es"]["chosen_index"] == 0                           # nothing ran: the default
+
+
+def test_both_methods_get_the_same_tuning_budget():
+    llm_tuning.check_grids(llm_tuning.GRIDS)
+    assert llm_tuning.ES_GRID[0] == {"lr": 1e-3, "sigma": 1e-3, "population": 32}   # the defaults come first
+    with pytest.raises(ValueError, match="same size"):
+        llm_tuning.check_grids({"es": GRIDS["es"], "grpo": GRIDS["grpo"][:2]})
+    with pytest.raises(ValueError, match="tuning seed"):
+        llm_tuning.tune(GRIDS, (), lambda *a: 0.0)
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """bench llm with fake ES and GRPO runs: validation accuracy grows with lr (ES) and falls with it (GRPO)."""
+    calls = []
+
+    def side(method, key):
+        def run_side(model, seed, budget, threads, c, tuned=None, validate=False):
+            calls.append((method, seed, tuned, validate))
+            v = (tuned or {}).get(key, 0.0)
+            acc = min(v * 10, 1.0) if method == "es" else 1.0 - min(v * 1000, 1.0)
+            rec = {"method": method, "seed": seed, "status": "ok", "after": {"accuracy": 0.5, "formatted": 1.0,
+                   "reward": 0.5}, "steps": 3, "train_s": budget, "generations_per_s": 1.0, "curve": [[1.0, 0.1]]}
+            return {**rec, "validation": {"accuracy": acc}} if validate else rec
+        return run_side
+
+    monkeypatch.setattr(bench_llm, "run_es", side("es", "lr"))
+    monkeypatch.setattr(bench_llm, "run_grpo", side("grpo", "learning_rate"))
+    monkeypatch.setattr(bench_llm, "before_accuracy", lambda model, c: {"accuracy": 0.1, "formatted": 1.0,
+                                                                         "reward": 0.2})
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())  # "trl is installed"
+    return calls
+
+
+def test_bench_llm_tune_reports_seeds_with_the_chosen_settings(fake_runs, capsys):
+    assert main(["bench", "llm", "--model", "m", "--tune", "--tuning-seeds", "7", "--seeds", "100", "101",
+                 "--budget", "5", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    chosen = {"es": llm_tuning.ES_GRID[1], "grpo": llm_tuning.GRPO_GRID[0]}   # lr 1e-2; TRL's 1e-6
+    tuning = rep["tuning"]
+    assert tuning["seeds"] == [7] and "seed 999983" in tuning["validation"]
+    assert {m: t["chosen"] for m, t in tuning["methods"].items()} == chosen
+    assert [c["settings"] for c in tuning["methods"]["es"]["grid"]] == list(llm_tuning.ES_GRID)
+    assert "chosen by mean validation accuracy" in rep["tuned"]
+    tuned_calls = [c for c in fake_runs if c[3]]
+    assert len(tuned_calls) == 6 and {c[1] for c in tuned_calls} == {7}      # 3 settings x 1 seed per method
+    reported = [c for c in fake_runs if not c[3]]
+    assert sorted((m, s) for m, s, _, _ in reported) == [("es", 100), ("es", 101), ("grpo", 100), ("grpo", 101)]
+    assert all(t == chosen[m] for m, _, t, _ in reported)
+
+
+def test_without_tune_nothing_is_tuned_and_tuning_seeds_are_refused_as_reported_seeds(fake_runs, capsys):
+    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "--budget", "5", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "tuning" not in rep and rep["tuned"].startswith("nothing")
+    assert all(t is None and not v for _, _, t, v in fake_runs)
+    with pytest.raises(BenchSetupError, match="tuning seeds"):
+        bench_llm.run(model="m", seeds=(0, 100), tune=True, log=lambda *_: None)
+    with pytest.raises(BenchSetupError, match="needs --tune"):
+        bench_llm.run(model="m", tuning_seeds=(5,), log=lambda *_: None)
+
+
+def test_the_task_and_its_options_are_flags(fake_runs, capsys):
+    opts = '{"min_numbers": 2, "max_numbers": 2}'
+    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "--budget", "5", "--json", "--task", "countdown",
+                 "--task-options", opts]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rep["task"] == "countdown" and rep["task_options"] == json.loads(opts)
+    assert main(["bench", "llm", "--model", "m", "--task", "countdown", "--task-options", '{"max_numbers": 1}']) == 1
+    assert "min_numbers <= max_numbers" in capsys.readouterr().err
+    assert main(["bench", "rl", "--task", "countdown"]) == 2   # llm only
