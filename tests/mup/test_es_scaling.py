@@ -2,7 +2,7 @@
 layer's output under one member's perturbation, and under one update, is flat in width;
 under the standard parametrisation it grows like √width wherever the fan-in is a width.
 
-A layer's change is measured on its own input from the unperturbed forward: rms(α·(ΔW x + Δb)),
+A layer's change is measured on its own input from the unperturbed forward: rms(α·ΔW x + Δb),
 α its forward multiplier. Inputs of every layer have Θ(1) coordinates at every width, so this
 is the relative change up to a width-independent constant (the readout's own output shrinks
 like 1/m under muP by design: an O(1) change of the logits is the target, not of their ratio).
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import hyperscalees as hs
-from hyperscalees.mup import add_output_multipliers, compare_widths, multipliers, mup_groups
+from hyperscalees.mup import add_output_multipliers, compare_widths, multipliers, mup_groups, rescale_readout_init
 from hyperscalees.nn.module_es import member_delta
 
 torch.set_num_threads(1)
@@ -30,7 +30,7 @@ def mlp(n, seed):
 
 def layer_inputs(model, x):
     seen = {}
-    hooks = [model.get_submodule(l).register_forward_pre_hook(lambda m, a, l=l: seen.__setitem__(l, a[0]))
+    hooks = [model.get_submodule(l).register_forward_pre_hook(lambda m, a, l=l: seen.__setitem__(l, a[0]), prepend=True)
              for l in LAYERS]
     with torch.no_grad():
         model(x)
@@ -40,7 +40,7 @@ def layer_inputs(model, x):
 
 
 def rms_change(dw, db, x, alpha):
-    return (alpha * (x.double() @ dw.double().T + db.double())).pow(2).mean().sqrt().item()
+    return (alpha * (x.double() @ dw.double().T) + db.double()).pow(2).mean().sqrt().item()
 
 
 def measure(width, cls, rank, optimizer, parametrization, seed=0):
@@ -49,6 +49,7 @@ def measure(width, cls, rank, optimizer, parametrization, seed=0):
     widths = compare_widths(base, model)
     if parametrization == "mup":
         add_output_multipliers(model, widths)
+        rescale_readout_init(model, widths)
     alpha = {l: multipliers(widths[f"{l}.weight"], parametrization=parametrization).output for l in LAYERS}
     groups = mup_groups(widths, 0.01, optimizer, es=True, parametrization=parametrization)
     es = cls(model, population=P, sigma=0.05, rank=rank, lr=0.01, optimizer=optimizer, seed=seed, groups=groups)

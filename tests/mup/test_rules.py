@@ -8,7 +8,7 @@ from torch import nn
 import hyperscalees as hs
 from hyperscalees.models import TinyLM
 from hyperscalees.mup import (ParamWidth, add_output_multipliers, attention_scale, change_width, compare_widths,
-                              multipliers, mup_groups, set_attention_scale, torch_groups)
+                              multipliers, mup_groups, rescale_readout_init, set_attention_scale, torch_groups)
 
 torch.set_num_threads(1)
 K = 47
@@ -39,7 +39,7 @@ def test_gradient_tables():
     assert [multipliers(p, "sgd").lr for p in (I, H, O)] == [4.0, 1.0, 4.0]
     # Adam: only hidden matrices get 1/m; ezmup gave Adam the SGD rule (input lr growing with width)
     assert [multipliers(p, "adam").lr for p in (I, H, O)] == [1.0, 0.25, 1.0]
-    assert [multipliers(p).init for p in (I, H, O)] == [1.0, 0.5, 0.5]
+    assert [multipliers(p).init for p in (I, H, O)] == [1.0, 0.5, 1.0]   # the readout keeps its base std
     assert [multipliers(p).output for p in (I, H, O)] == [1.0, 1.0, 0.25]
 
 
@@ -105,7 +105,8 @@ def test_output_multiplier_scales_the_readout_forward():
     before = m(x)
     handles = add_output_multipliers(m, widths)
     assert len(handles) == 1
-    torch.testing.assert_close(m(x), before / 4)
+    b = m[4].bias
+    torch.testing.assert_close(m(x), (before - b) / 4 + b)         # α·W x + b: the bias is no readout weight
     for h in handles:
         h.remove()
 
@@ -119,3 +120,38 @@ def test_attention_scale_is_one_over_d_anchored():
     widths = compare_widths(base, big)
     assert widths["blocks.0.qkv.weight"].kind == "hidden"
     assert big(idx).shape == (2, 5, 13)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_one_gradient_step_moves_each_layer_alike_at_every_width(optimizer):
+    """Gradient muP, numerically: rms change of each layer's output (on its own input) after one
+    step is flat in width under muP; under standard parametrisation the hidden layer's grows (Adam: ∝ n)."""
+    def change(n, parametrization):
+        torch.manual_seed(0)
+        base, model = (nn.Sequential(nn.Linear(8, w), nn.Tanh(), nn.Linear(w, w), nn.Tanh(), nn.Linear(w, 4))
+                       for w in (64, n))
+        widths = compare_widths(base, model)
+        if parametrization == "mup":
+            add_output_multipliers(model, widths)
+            rescale_readout_init(model, widths)
+        groups = mup_groups(widths, 1e-3 if optimizer == "adam" else 0.05, optimizer, parametrization=parametrization)
+        opt = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer](torch_groups(model, groups))
+        x, y = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)), 5 * torch.randn(8, 4)  # y >> logits;
+        # a small batch: the B·√n cross terms of ΔW h next to its n diagonal vanish sooner in width
+        ins = {}
+        hooks = [model[i].register_forward_pre_hook(lambda m, a, i=i: ins.__setitem__(i, a[0].detach()), prepend=True)
+                 for i in (2, 4)]
+        ((model(x) - y) ** 2).mean().backward()
+        for h in hooks:
+            h.remove()
+        before = {i: model[i](ins[i]).detach() for i in (2, 4)}
+        opt.step()
+        return {i: (model[i](ins[i]).detach() - before[i]).pow(2).mean().sqrt().item() for i in (2, 4)}
+
+    widths = (64, 256, 1024)
+    def slope(pz, i):
+        cs = [change(n, pz)[i] for n in widths]
+        return math.log(cs[-1] / cs[0]) / math.log(widths[-1] / widths[0])
+    for i in (2, 4):
+        assert abs(slope("mup", i)) <= 0.15, (optimizer, i, slope("mup", i))
+    assert slope("standard", 2) >= 0.5, slope("standard", 2)

@@ -7,6 +7,7 @@ also scales a population forward (``nn.perturbation`` swaps ``forward``; hooks s
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from .rules import output_multiplier
@@ -32,7 +33,7 @@ def set_attention_scale(model: nn.Module, base_head_dim: int) -> int:
 
 
 def add_output_multipliers(model: nn.Module, widths: dict[str, ParamWidth]) -> list:
-    """Scale the output of every module owning a readout parameter by 1/m; returns the hook handles
+    """Scale the input of every module owning a readout parameter by 1/m; returns the hook handles
     (``handle.remove()`` undoes it). A module gets one hook however many readout parameters it has."""
     handles, done = [], set()
     for mod, attr, name, p in named_owned(model):
@@ -42,5 +43,15 @@ def add_output_multipliers(model: nn.Module, widths: dict[str, ParamWidth]) -> l
         done.add(id(mod))
         alpha = output_multiplier(pw)
         if alpha != 1.0:
-            handles.append(mod.register_forward_hook(lambda m, args, out, a=alpha: out * a))
+            handles.append(mod.register_forward_pre_hook(lambda m, args, a=alpha: (args[0] * a, *args[1:])))
     return handles
+
+
+def rescale_readout_init(model: nn.Module, widths: dict[str, ParamWidth]) -> None:
+    """Constructor path: a readout built with fan-in init (std 1/√n) gets muP's, its base std, by
+    ×√m. ``change_width`` draws it so already; call this once on a freshly built model only."""
+    with torch.no_grad():
+        for mod, attr, name, p in named_owned(model):
+            pw = widths.get(name)
+            if pw is not None and pw.kind == "output" and p.dim() > 1:
+                p.mul_(pw.fan_in_mult ** 0.5)

@@ -5,15 +5,17 @@ Every multiplier is relative to the base width (a :class:`ParamWidth` with multi
 the base width *is* the model you tuned. ``m`` below is the parameter's fan-in multiplier
 (``fan_in_mult``), ``mo`` its fan-out multiplier.
 
-Gradient training (Tensor Programs V, readout-multiplier form; ``init`` is relative to the
-base tensor's std, so fan-in init already is muP's init in this form):
+Gradient training (Tensor Programs V, readout-multiplier form). ``init`` is the std relative
+to the base tensor's: fan-in init for input and hidden weights, while the readout keeps its
+base std, so α·W has std ∝ 1/n (TP5's 1/fan-in² variance) and backpropagated signals into the
+hidden layers are Θ(1/n), as muP's SGD rule assumes:
 
 =======  ======  =========  ===========  ============
 kind     init    output ×   SGD lr ×     Adam lr ×
 =======  ======  =========  ===========  ============
 input    1       1          mo           1
 hidden   1/√m    1          mo/m         1/m
-output   1/√m    1/m        m            1
+output   1       1/m        m            1
 =======  ======  =========  ===========  ============
 
 ES (``docs/guide/mup.md`` derives it; the same for low-rank and full-rank noise): a random
@@ -49,12 +51,14 @@ class Multipliers:
 
 
 def init_scale(pw: ParamWidth) -> float:
-    """Std of a rebuilt tensor over the base tensor's: std·√fan-in constant (1 without a wide fan-in)."""
-    return pw.fan_in_mult ** -0.5
+    """Std of a rebuilt tensor over the base tensor's: std·√fan-in held (1 without a wide fan-in);
+    the readout keeps its base std (its forward multiplier does the rest)."""
+    return 1.0 if pw.kind == "output" else pw.fan_in_mult ** -0.5
 
 
 def output_multiplier(pw: ParamWidth) -> float:
-    """The readout's forward multiplier 1/m: its init-time logits vanish and its updates stay Θ(1)."""
+    """The readout's forward multiplier 1/m (on W x, not its bias): init-time logits vanish like 1/√m
+    and updates stay Θ(1)."""
     return 1.0 / pw.fan_in_mult if pw.kind == "output" else 1.0
 
 
