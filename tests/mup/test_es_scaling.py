@@ -19,8 +19,10 @@ from hyperscalees.nn.module_es import member_delta
 
 torch.set_num_threads(1)
 WIDTHS, BASE, D_IN, D_OUT, P, B = (64, 128, 256, 512), 64, 8, 16, 32, 32
-MEMBERS = range(0, P, 2)  # one member per pair: independent draws, pooled
+MEMBERS = range(0, P, 4)  # one member of every other pair: 8 independent draws, pooled
 LAYERS = ("0", "2", "4")  # input, hidden, readout
+CONFIGS = [(hs.EGGROLL, 1, "lowrank1"), (hs.EGGROLL, 4, "lowrank4"), (hs.OpenES, 1, "fullrank")]
+SEEDS = {"mup": (0, 1, 2), "standard": (0,)}   # standard's slopes sit far from any threshold
 
 
 def mlp(n, seed):
@@ -82,12 +84,10 @@ def slope(values):
     return sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
 
 
-@pytest.mark.parametrize("cls,rank", [(hs.EGGROLL, 1), (hs.EGGROLL, 4), (hs.OpenES, 1)],
-                         ids=["lowrank1", "lowrank4", "fullrank"])
+@pytest.mark.parametrize("cls,rank", [c[:2] for c in CONFIGS], ids=[c[2] for c in CONFIGS])
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_layer_changes_are_flat_in_width_under_mup_and_grow_under_standard(cls, rank, optimizer):
-    seeds = {"mup": (0, 1, 2, 3), "standard": (0,)}   # standard's slopes sit far from any threshold
-    runs = {pz: [measure_seeds(w, cls, rank, optimizer, pz, seeds[pz]) for w in WIDTHS] for pz in seeds}
+    runs = {pz: [measure_seeds(w, cls, rank, optimizer, pz, SEEDS[pz]) for w in WIDTHS] for pz in SEEDS}
     slopes = {pz: {(l, what): slope([r[l][what] for r in rs]) for l in LAYERS for what in (0, 1)}
               for pz, rs in runs.items()}
     for (l, what), s in slopes["mup"].items():
@@ -104,3 +104,31 @@ def test_layer_changes_are_flat_in_width_under_mup_and_grow_under_standard(cls, 
         assert min(std[("2", 1)], std[("4", 1)]) >= 0.35, slopes
     else:  # lr√n/σ noise plus a signal part whose share moves between layers with width
         assert max(abs(std[(l, 1)]) for l in LAYERS) >= 0.25, slopes
+
+
+def main(argv=None) -> None:
+    """The figures quoted in docs/guide/mup.md: slopes of the geometric mean over ``--seeds`` seeds,
+    and the range of the slopes the test sees (its own seed count) over disjoint seed groups."""
+    import argparse
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--seeds", type=int, default=16)
+    p.add_argument("--group", type=int, default=len(SEEDS["mup"]), help="seeds per test-sized group")
+    a = p.parse_args(argv)
+    for cls, rank, label in CONFIGS:
+        for optimizer in ("adam", "sgd"):
+            for pz, n in (("mup", a.seeds), ("standard", a.seeds)):
+                per_seed = [[measure(w, cls, rank, optimizer, pz, s) for w in WIDTHS] for s in range(n)]
+                def slopes_of(seeds):
+                    gm = [{l: tuple(math.exp(sum(math.log(per_seed[s][i][l][k]) for s in seeds) / len(seeds))
+                                    for k in (0, 1)) for l in LAYERS} for i in range(len(WIDTHS))]
+                    return {(l, k): slope([g[l][k] for g in gm]) for l in LAYERS for k in (0, 1)}
+                pooled = slopes_of(range(n))
+                groups = [slopes_of(range(i, i + a.group)) for i in range(0, n - a.group + 1, a.group)]
+                for (l, k), s in pooled.items():
+                    lo, hi = min(g[(l, k)] for g in groups), max(g[(l, k)] for g in groups)
+                    print(f"{label:9s} {optimizer:4s} {pz:8s} layer {l} {('perturbation', 'update')[k]:12s} "
+                          f"slope {s:+.3f}  ({a.group}-seed groups: {lo:+.3f} .. {hi:+.3f})", flush=True)
+
+
+if __name__ == "__main__":  # PYTHONPATH=src python tests/mup/test_es_scaling.py --seeds 16
+    main()

@@ -77,6 +77,18 @@ def test_user_groups_are_merged_by_multiplying():
     assert g["weight_decay"] == 0.5 and g["name"].startswith("mup/mid/")
 
 
+def test_a_group_is_named_after_every_kind_it_holds():
+    widths = change_width(net(), 256, base_width=64)
+    names = {g["name"]: g["params"] for g in mup_groups(widths, 0.01, "adam")}   # Adam: all but hidden get lr 1x
+    assert names == {"mup/default/fixed+input+output": ["0.weight", "0.bias", "2.bias", "4.weight", "4.bias"],
+                     "mup/default/hidden": ["2.weight"]}
+    assert [g["name"] for g in mup_groups(widths, 0.01, "adam", es=True)] == ["mup/default/fixed+input",
+                                                                              "mup/default/hidden",
+                                                                              "mup/default/output"]
+    assert [g["name"] for g in mup_groups(widths, 0.01, parametrization="standard")] == \
+        ["mup/default/fixed+input+hidden+output"]
+
+
 def test_groups_muP_cannot_merge_are_refused():
     widths = change_width(net(), 128, base_width=64)
     made = mup_groups(widths, 0.01)

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from .width import ParamWidth
+from .width import KINDS, ParamWidth
 
 PREFIX = "mup/"  # names of the groups mup_groups makes: merging them again is refused
 
@@ -123,18 +123,22 @@ def mup_groups(widths: dict[str, ParamWidth], lr: float, optimizer: str = "adam"
                          "compare_widths)")
     owner = _owners(names, groups or [])
     out: dict[tuple, dict] = {}
+    kinds: dict[tuple, set] = {}
     for n in names:
         user = owner.get(n, {})
         m = multipliers(widths[n], optimizer, es, parametrization)
         label = user.get("name", "default") if user else "default"
         key = (label, m.lr, m.sigma)
         if key not in out:
-            g = {"params": [], "name": f"{PREFIX}{label}/{widths[n].kind}",
+            g = {"params": [], "name": label,
                  "lr": float(user.get("lr", lr)) * m.lr, "sigma_scale": float(user.get("sigma_scale", 1.0)) * m.sigma}
             if "weight_decay" in user:
                 g["weight_decay"] = user["weight_decay"]
-            out[key] = g
+            out[key], kinds[key] = g, set()
         out[key]["params"].append(n)
+        kinds[key].add(widths[n].kind)
+    for key, g in out.items():  # named after every kind it holds: "mup/default/input+output"
+        g["name"] = f"{PREFIX}{g['name']}/{'+'.join(k for k in KINDS if k in kinds[key])}"
     return _unique_names(list(out.values()))
 
 
