@@ -32,14 +32,16 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "int8", "llm-generate", "llm")
+BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "int8", "llm-generate", "llm",
+              "mup-transfer")
 # CLI names that are not the module's name under hyperscalees.benchmarks (a module name has no hyphen).
-MODULES = {"llm-generate": "llm_generate"}
+MODULES = {"llm-generate": "llm_generate", "mup-transfer": "mup_transfer"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
 OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm"}),
-             "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}), "plot": frozenset({"rl", "llm"}),
+             "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}),
+             "plot": frozenset({"rl", "llm", "mup-transfer"}),
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
              "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
              "task": frozenset({"llm"}), "task_options": frozenset({"llm"})}
@@ -87,7 +89,7 @@ def register(subparsers) -> None:
                    help="rl, llm: wall-clock budget of every run, ES and PPO/GRPO alike (default: 300; --quick: 60)")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
                    help="rl, llm: draw eval return (rl) or train reward (llm) vs wall clock of every method and seed "
-                        "to this PNG (needs matplotlib)")
+                        "to this PNG; mup-transfer: loss vs lr/sigma per width (needs matplotlib)")
     p.add_argument("--model", default=None, metavar="DIR",
                    help="llm only: the local model folder ES and GRPO fine-tune")
     p.add_argument("--warm-start-minutes", type=_positive_float, default=None, metavar="M",

@@ -16,13 +16,14 @@ import warnings
 from ..engine.checkpoint import package_version
 from .allocator import keep_freed_memory
 
-COMMANDS = ("train", "eval", "env", "bench", "generate", "arch")
+COMMANDS = ("train", "eval", "env", "bench", "generate", "arch", "coord-check")
+MODULES = {"coord-check": "coord_check"}  # commands whose module name differs (a module name has no hyphen)
 
 
 def _command_modules():
     mods = []
     for name in COMMANDS:
-        full = f"{__package__}.{name}"
+        full = f"{__package__}.{MODULES.get(name, name)}"
         try:
             mods.append(importlib.import_module(full))
         except ModuleNotFoundError as e:

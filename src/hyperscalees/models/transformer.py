@@ -14,7 +14,8 @@ class Block(nn.Module):
 
     def __init__(self, d: int, heads: int):
         super().__init__()
-        self.heads = heads
+        self.heads, self.head_dim = heads, d // heads
+        self.attn_scale: float | None = None  # None: SDPA's 1/√head_dim; muP sets √d₀/d (mup.set_attention_scale)
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
@@ -22,7 +23,7 @@ class Block(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, T, d/heads)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.attn_scale)  # (B, heads, T, d/heads)
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 

@@ -1,0 +1,109 @@
+"""Question: is the lr (and ES's σ) that is best at a small width still best at a large one?
+
+Tensor Programs V's Figure 1 for the deep MLP of ``width_models`` (16→n→n→n→n→10, ReLU,
+regression): at each width, train once per value of a log2 grid and keep the final training
+loss; the best value per width is the grid point with the lowest loss. Under muP the best
+value should stay put as width grows (issue 23 asks for a factor 2 or less between 64 and
+1024); under the standard parametrisation it drifts (down, for lr). Three sweeps: Adam's lr,
+ES's lr at σ 0.05, and ES's σ at lr 2^-6 (ES is EGGROLL rank 1, 32 members, driving Adam).
+
+Run: ``hyperscalees bench mup-transfer [--quick] [--json] [--plot FILE]``. The default
+(widths 64, 256, 1024) should take about 10 minutes on one thread of a loaded 2-core CPU.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from .base import Report, environment
+from .width_models import PARAMETRIZATIONS, evaluate, prepare
+
+QUESTION = "best lr (and ES sigma) per width, standard vs muP: does it transfer from width 64 to 1024?"
+COLUMNS = ["sweep", "parametrization", "width", "best", "best_loss", "losses"]
+ES_SIGMA, ES_LR = 0.05, 2.0 ** -6
+
+
+def configs(quick: bool) -> dict:
+    if quick:
+        return dict(widths=(64, 128), steps={"adam": 4, "es": 3}, grids={
+            "adam lr": [2.0 ** k for k in (-9, -7)], "es lr": [2.0 ** k for k in (-7, -5)],
+            "es sigma": [0.025, 0.1]})
+    # a first run with ES 30 steps, 6 lrs and 5 sigmas, Adam 40 steps, took over 15 min at load 4 (the
+    # 1024-wide ES runs are most of it): these grids fit about 10 min there
+    return dict(widths=(64, 256, 1024), steps={"adam": 30, "es": 20}, grids={
+        "adam lr": [2.0 ** k for k in range(-12, -3)], "es lr": [2.0 ** k for k in range(-9, -4)],
+        "es sigma": [0.0125, 0.025, 0.05, 0.1]})
+
+
+def final_loss(sweep: str, value: float, width: int, base: int, pz: str, steps: int) -> float:
+    optimizer = sweep.split()[0]
+    lr = ES_LR if sweep == "es sigma" else value
+    sigma = value if sweep == "es sigma" else ES_SIGMA
+    s = prepare("mlp", width, base, pz, optimizer, lr, sigma=sigma)
+    for _ in range(steps):
+        s.step()
+    loss = evaluate("mlp", s.model)
+    return loss if math.isfinite(loss) else math.inf
+
+
+def best(grid: list[float], losses: list[float]) -> tuple[float, float]:
+    i = min(range(len(grid)), key=lambda j: losses[j])
+    return grid[i], losses[i]
+
+
+def run(quick: bool = False, device: str = "cpu", log=print, plot: str | None = None) -> Report:
+    c = configs(quick)
+    rep = Report("mup-transfer", QUESTION, COLUMNS)
+    base, start = c["widths"][0], time.perf_counter()
+    curves = {}   # (sweep, pz) -> {width: [loss per grid point]}
+    for sweep, grid in c["grids"].items():
+        steps = c["steps"][sweep.split()[0]]
+        for pz in PARAMETRIZATIONS:
+            curves[(sweep, pz)] = {}
+            for w in c["widths"]:
+                losses = [final_loss(sweep, v, w, base, pz, steps) for v in grid]
+                curves[(sweep, pz)][w] = losses
+                b, bl = best(grid, losses)
+                rep.rows.append([sweep, pz, w, b, bl, " ".join(f"{x:.3g}" for x in losses)])
+                log(f"  {sweep} {pz} n={w}: best {b:.4g} (loss {bl:.3g}) [{time.perf_counter() - start:.0f} s]")
+    drift = {}
+    for (sweep, pz), per in curves.items():
+        grid = c["grids"][sweep]
+        lo, hi = best(grid, per[c["widths"][0]])[0], best(grid, per[c["widths"][-1]])[0]
+        drift[f"{sweep} {pz}".replace(" ", "_")] = hi / lo
+    rep.summary = {
+        "best_ratio_largest_over_smallest": drift,
+        "within_factor_2": {k: 0.5 <= v <= 2.0 for k, v in drift.items()},
+        "widths": list(c["widths"]), "steps": c["steps"], "es_sigma_for_lr_sweep": ES_SIGMA,
+        "es_lr_for_sigma_sweep": ES_LR, "seconds": time.perf_counter() - start, "environment": environment(),
+    }
+    rep.details = {"grids": c["grids"], "curves": {f"{s} {p}": {str(w): v for w, v in per.items()}
+                                                   for (s, p), per in curves.items()}}
+    rep.notes += ["one seed per point; the loss is the training loss on the fixed batch after the last step "
+                  "(inf where training overflowed); base width = the smallest"]
+    if plot:
+        draw(curves, c, plot)
+    return rep
+
+
+def draw(curves: dict, c: dict, path) -> None:
+    """Loss against the swept value, one curve per width: a row per parametrisation, a column per sweep."""
+    from .coord_check import pyplot
+    plt = pyplot()
+    sweeps = list(c["grids"])
+    fig, axes = plt.subplots(len(PARAMETRIZATIONS), len(sweeps), figsize=(3.6 * len(sweeps), 5.6), squeeze=False)
+    for r, pz in enumerate(PARAMETRIZATIONS):
+        for k, sweep in enumerate(sweeps):
+            ax = axes[r][k]
+            for w, losses in curves[(sweep, pz)].items():
+                ax.plot(c["grids"][sweep], [min(x, 10.0) for x in losses], marker=".", label=f"n={w}")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{pz}: {sweep}", fontsize=9)
+            ax.set_xlabel(sweep.split()[1])
+            if k == 0:
+                ax.set_ylabel("final train loss (capped at 10)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

@@ -1,0 +1,30 @@
+"""``bench mup-transfer --quick``: every sweep reports a best value per width and the drift between widths."""
+import json
+
+import torch
+
+from hyperscalees.benchmarks import mup_transfer
+from hyperscalees.cli.main import main
+
+torch.set_num_threads(1)
+
+
+def test_quick_reports_a_best_value_per_sweep_width_and_parametrization(capsys, tmp_path):
+    png = tmp_path / "transfer.png"
+    assert main(["bench", "mup-transfer", "--quick", "--json", "--plot", str(png)]) == 0
+    d = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    sweeps = [f"{s}_{p}" for s in ("adam_lr", "es_lr", "es_sigma") for p in ("standard", "mup")]
+    assert sorted(d["best_ratio_largest_over_smallest"]) == sorted(sweeps)
+    assert set(d["within_factor_2"]) == set(sweeps)
+    grid = mup_transfer.configs(True)["grids"]
+    rows = d["rows"]
+    assert len(rows) == 3 * 2 * 2                        # sweeps x parametrisations x widths
+    assert all(r["best"] in grid[r["sweep"]] and r["best_loss"] > 0 for r in rows)
+    # at the base width muP is the standard model: the same losses, bit for bit
+    base = {(r["sweep"], r["parametrization"]): r["losses"] for r in rows if r["width"] == 64}
+    assert all(base[(s, "mup")] == base[(s, "standard")] for s in grid)
+    assert png.stat().st_size > 1000
+
+
+def test_best_picks_the_lowest_finite_loss():
+    assert mup_transfer.best([1, 2, 4], [0.5, 0.2, float("inf")]) == (2, 0.2)
