@@ -20,12 +20,7 @@ TRL_WARNINGS = [pytest.mark.filterwarnings("ignore:.*gradient_checkpointing.* is
                 pytest.mark.filterwarnings("ignore::UserWarning:trl.*")]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,7 @@ PROMPTS = ["12+3=", "ab", "hello world"]
 GREEDY = llm.Sampling(max_new_tokens=10)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,7 @@ PROMPTS = ["12+3=", "ab", "hello world, "]
 COMPLETIONS = ["15", "cdefg", "<answer>7</answer>"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @torch.no_grad()

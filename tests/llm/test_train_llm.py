@@ -16,12 +16,7 @@ from tiny import save  # noqa: E402
 ARITH = {"task": "arithmetic", "prompts": 2, "max_new_tokens": 8, "eval_prompts": 4}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -10,24 +10,17 @@ from pathlib import Path
 
 import torch
 
+from hyperscalees.llm import warm
+
 CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 +-*/=()<>.,:!?'\n")
-SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
 
 
 def char_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    vocab = {t: i for i, t in enumerate(SPECIAL + CHARS)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                 unk_token="<unk>")
-    hf.padding_side = "left"
-    return hf
+    """The library's character tokenizer over this smaller alphabet (56 ids)."""
+    return warm.char_tokenizer(CHARS)
 
 
-VOCAB = len(SPECIAL) + len(CHARS)
+VOCAB = len(warm.SPECIAL) + len(CHARS)
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 

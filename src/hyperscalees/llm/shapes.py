@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
+from .warm import char_tokenizer
+
 CHARS = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 +-*/=()<>.,:;!?'\"\n")
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 ARCHS = ("llama", "gpt2")
@@ -17,19 +18,7 @@ ARCHS = ("llama", "gpt2")
 
 def tokenizer_for(vocab: int):
     """A character tokenizer with exactly ``vocab`` ids (padded on the left)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    base = SPECIAL + CHARS
-    if vocab < len(base):
-        raise ValueError(f"vocab must be at least {len(base)} (special tokens and characters), got {vocab}")
-    ids = {t: i for i, t in enumerate(base + [f"<t{i}>" for i in range(vocab - len(base))])}
-    tok = Tokenizer(models.WordLevel(vocab=ids, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                 unk_token="<unk>")
-    hf.padding_side = "left"
-    return hf
+    return char_tokenizer(CHARS, size=vocab)
 
 
 def random_causal_lm(arch: str, hidden: int = 256, layers: int = 4, vocab: int = 2048, heads: int = 4,

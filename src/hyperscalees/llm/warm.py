@@ -23,11 +23,20 @@ SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
 CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c"))  # printable ASCII, space and newline
 
 
-def char_tokenizer(chars=CHARS):
-    """A ``PreTrainedTokenizerFast`` with one token per character of ``chars`` (left padding)."""
+def char_tokenizer(chars=CHARS, size: int | None = None):
+    """A ``PreTrainedTokenizerFast`` with one token per character of ``chars`` (left padding).
+
+    Ids: ``<pad> <s> </s> <unk>`` (0-3), then the characters in order. ``size`` pads the
+    vocabulary with filler tokens ``<t0> <t1> ...`` to exactly that many ids, so that every id a
+    model with a larger vocabulary emits still decodes (random models, ``llm.shapes``).
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-    vocab = {t: i for i, t in enumerate(SPECIAL + list(chars))}
+    base = SPECIAL + list(chars)
+    if size is not None and size < len(base):
+        raise ValueError(f"vocab must be at least {len(base)} (special tokens and characters), got {size}")
+    fillers = [] if size is None else [f"<t{i}>" for i in range(size - len(base))]
+    vocab = {t: i for i, t in enumerate(base + fillers)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tok.decoder = decoders.Fuse()

@@ -84,24 +84,31 @@ def tiles(rows: int, cols: int) -> list[tuple[slice, slice]]:
     return [(slice(r, min(rows, r + TILE)), slice(0, cols)) for r in range(0, rows, TILE)]
 
 
-def addmm_blocks_(out: Tensor, lefts: list[Tensor], rights: list[Tensor]) -> Tensor:
+def addmm_blocks_(out: Tensor, lefts: list[Tensor], rights: list[Tensor], accumulate: bool = True) -> Tensor:
     """out (rows, cols) += Σ_b lefts[b] @ rights[b], blocks in order; bits independent of threads.
 
-    lefts[b] (rows, n_b), rights[b] (n_b, cols): any strides.
+    lefts[b] (rows, n_b), rights[b] (n_b, cols): any strides. Without ``accumulate`` the
+    first block overwrites ``out`` (GEMM with β = 0: its contents, even NaN, are never read),
+    so a fresh ``torch.empty`` needs no zero-fill pass. β = 0 gives the bits of accumulating
+    onto zeros, except that an exact zero may keep its sign (tests/ops/test_update_fast_paths.py).
     """
     if out.device.type != "cpu":
-        for left, right in zip(lefts, rights):
-            out.addmm_(left, right)
+        for i, (left, right) in enumerate(zip(lefts, rights)):
+            out.addmm_(left, right, beta=1 if accumulate or i else 0)
         return out
     parts = tiles(*out.shape)
+    whole_rows = parts[0][1] == slice(0, out.shape[1])  # row tiles span every column: no column slicing
 
     def run(assigned):
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)  # a pool thread's BLAS: one thread, one kernel choice
         for rs, cs in assigned:
-            tile = out[rs, cs]
-            for left, right in zip(lefts, rights):
-                tile.addmm_(left[rs], right[:, cs])
+            if whole_rows:
+                tile, rights_cs = out[rs], rights
+            else:
+                tile, rights_cs = out[rs, cs], [right[:, cs] for right in rights]
+            for i, (left, right) in enumerate(zip(lefts, rights_cs)):
+                tile.addmm_(left[rs], right, beta=1 if accumulate or i else 0)
 
     with fixed_threads():
         threads = _state.threads

@@ -36,6 +36,8 @@ class LowrankPlan:
     with_bias: bool = False
 
     def slice(self, k0: int, k1: int) -> "LowrankPlan":
+        if k0 == 0 and k1 == self.bt.shape[0]:  # a chunk that spans the population: the plan itself
+            return self
         cut = lambda t: None if t is None else t[k0:k1]
         return LowrankPlan(cut(self.bt), cut(self.a_s), cut(self.const), cut(self.right), cut(self.s_u),
                            cut(self.s_e), self.with_bias)

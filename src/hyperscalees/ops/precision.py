@@ -57,18 +57,21 @@ def round_operands(left: Tensor, right: Tensor, precision: str) -> tuple[Tensor,
     return left.to(dtype).float(), right.to(dtype).float()
 
 
-def addmm_fp32_(out: Tensor, left: Tensor, right: Tensor, precision: str) -> Tensor:
-    """out (fp32) += left @ right with operands in ``precision`` and fp32 accumulation."""
+def addmm_fp32_(out: Tensor, left: Tensor, right: Tensor, precision: str, accumulate: bool = True) -> Tensor:
+    """out (fp32) += left @ right with operands in ``precision`` and fp32 accumulation
+    (``accumulate=False``: out = left @ right, its old contents never read)."""
+    beta = 1 if accumulate else 0
     if precision in ("fp32", "auto"):
-        return out.addmm_(left, right)
+        return out.addmm_(left, right, beta=beta)
     if precision == "tf32":
         with tf32_matmuls():
-            return out.addmm_(left, right)
+            return out.addmm_(left, right, beta=beta)
     if out.device.type == "cuda":  # tensor cores, fp32 output straight from the GEMM
         dtype = OPERAND_DTYPES[precision]
         try:
-            return out.add_(torch.mm(left.to(dtype), right.to(dtype), out_dtype=torch.float32))
+            product = torch.mm(left.to(dtype), right.to(dtype), out_dtype=torch.float32)
+            return out.add_(product) if accumulate else out.copy_(product)
         except (TypeError, RuntimeError):  # a torch without mm(out_dtype=): rounded operands are exact
             with tf32_matmuls():          # in TF32 (10 mantissa bits >= bf16's 7, fp16's 10)
-                return out.addmm_(*round_operands(left, right, precision))
-    return out.addmm_(*round_operands(left, right, precision))  # the same rounding, summed in fp32
+                return out.addmm_(*round_operands(left, right, precision), beta=beta)
+    return out.addmm_(*round_operands(left, right, precision), beta=beta)  # the same rounding, summed in fp32

@@ -30,8 +30,10 @@ def _blocks(k: int, r: int = 1) -> list[slice]:
 
 
 def lowrank_sum_(out: Tensor, a: Tensor, b: Tensor, weights: Tensor, fixed: bool = True,
-                 precision: str = "fp32") -> Tensor:
+                 precision: str = "fp32", accumulate: bool = True) -> Tensor:
     """out (rows, cols) += Σ_k w_k A_k B_kᵀ = (A ⊙ w)ᵀ B, a (K, rows, r), b (K, cols, r).
+
+    ``accumulate=False``: out = Σ_k ..., its old contents never read (a fresh ``torch.empty``).
 
     The (K·r, ·) operands are built once (views of the factors when r == 1) and each
     block is a slice of them, so the blocks cost GEMM calls, not copies. ``precision``
@@ -42,30 +44,34 @@ def lowrank_sum_(out: Tensor, a: Tensor, b: Tensor, weights: Tensor, fixed: bool
     left = (a * weights.to(a.dtype).view(k, 1, 1)).transpose(1, 2).reshape(k * r, rows)  # (K·r, rows)
     right = b.transpose(1, 2).reshape(k * r, b.shape[1])                                   # (K·r, cols)
     if not fixed or out.device.type == "cuda":  # one GEMM at the library's own pace
-        return addmm_fp32_(out, left.T, right, precision)
+        return addmm_fp32_(out, left.T, right, precision, accumulate)
     left, right = round_operands(left, right, precision)
     blocks = _blocks(k, r)
-    return addmm_blocks_(out, [left[blk].T for blk in blocks], [right[blk] for blk in blocks])
+    if len(blocks) == 1:  # the common case: no slicing
+        return addmm_blocks_(out, [left.T], [right], accumulate)
+    return addmm_blocks_(out, [left[blk].T for blk in blocks], [right[blk] for blk in blocks], accumulate)
 
 
-def full_sum_(out: Tensor, noise: Tensor, weights: Tensor, fixed: bool = True) -> Tensor:
-    """out (*shape) += Σ_k w_k ε_k for noise (K, *shape)."""
+def full_sum_(out: Tensor, noise: Tensor, weights: Tensor, fixed: bool = True, accumulate: bool = True) -> Tensor:
+    """out (*shape) += Σ_k w_k ε_k for noise (K, *shape) (``accumulate=False``: out = Σ_k ...)."""
     k = noise.shape[0]
     flat, w = noise.reshape(k, -1), weights.to(noise.dtype)
     if not fixed:
-        out.view(-1).addmv_(flat.T, w)
+        out.view(-1).addmv_(flat.T, w, beta=1 if accumulate else 0)
         return out
     with fixed_threads():  # one GEMV per block, on one thread, in order
-        for blk in _blocks(k):
-            out.view(-1).addmv_(flat[blk].T, w[blk])
+        for i, blk in enumerate(_blocks(k)):
+            out.view(-1).addmv_(flat[blk].T, w[blk], beta=1 if accumulate or i else 0)
     return out
 
 
 def lowrank_sum(a: Tensor, b: Tensor, weights: Tensor) -> Tensor:
     """Σ_k w_k A_k B_kᵀ as a new (rows, cols) tensor."""
-    return lowrank_sum_(torch.zeros(a.shape[1], b.shape[1], dtype=a.dtype, device=a.device), a, b, weights)
+    return lowrank_sum_(torch.empty(a.shape[1], b.shape[1], dtype=a.dtype, device=a.device), a, b, weights,
+                        accumulate=False)
 
 
 def full_sum(noise: Tensor, weights: Tensor) -> Tensor:
     """Σ_k w_k ε_k as a new (*shape) tensor."""
-    return full_sum_(torch.zeros(noise.shape[1:], dtype=noise.dtype, device=noise.device), noise, weights)
+    return full_sum_(torch.empty(noise.shape[1:], dtype=noise.dtype, device=noise.device), noise, weights,
+                     accumulate=False)

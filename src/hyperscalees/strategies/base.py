@@ -148,8 +148,9 @@ class AbstractStrategy:
                 "bypassed the module, or the parameter is not used by this fitness at all. Fix: call the module "
                 "itself, or exclude it, e.g. es_map={" + repr(missing[0]) + ": 'excluded'}")
 
-    def estimate(self, pop: Population, shaped: Tensor, consume: bool = False) -> dict[str, Tensor]:
-        """ĝ per trainable parameter from shaped fitness (P,)."""
+    def estimate(self, pop: Population, shaped: Tensor, consume: bool = False,
+                 negate: bool = False) -> dict[str, Tensor]:
+        """ĝ per trainable parameter from shaped fitness (P,); −ĝ, exactly, with ``negate``."""
         store = self.store(pop)
         self._check_applied(store)
         shaped = torch.as_tensor(shaped, dtype=torch.float32).reshape(-1)
@@ -160,17 +161,19 @@ class AbstractStrategy:
         # since raising would need the host to read it (a synchronisation every step).
         shaped = torch.where(torch.isfinite(shaped), shaped, torch.zeros_like(shaped))
         return estimate(store, shaped, self.trainable, self.config.update_chunk, self.config.estimator == "sign",
-                        consume=consume, fixed=self.config.deterministic, precision=self._precisions)
+                        consume=consume, fixed=self.config.deterministic, precision=self._precisions,
+                        negate=negate)
 
     def update(self, pop: Population, shaped: Tensor) -> StepMetrics:
         """Apply the update of ``pop`` from shaped fitness (what every replica runs)."""
         self._check_pop(pop)
         store = self.store(pop)
         self.rule.prepare(pop, {n: coefficient(store, n) for n in self.trainable}, self.lowrank)
-        grads = self.estimate(pop, shaped, consume=True)
+        # a rule that steps −ĝ (a torch optimizer's .grad) gets it from the estimate itself: no negation pass
+        grads = self.estimate(pop, shaped, consume=True, negate=getattr(self.rule, "takes_negated_estimate", False))
         self._store = None
         self._respond_to_ties(shaped)
-        grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads.values()]))
+        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([g.float() for g in grads.values()])))
         factor = self.lr_factor(self.step)
         self.rule.apply(grads, factor)
         self.step += 1

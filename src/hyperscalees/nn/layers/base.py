@@ -30,13 +30,19 @@ LOWRANK_KINDS = ("out_in", "in_out", "rows")  # W (out, in) used as x Wᵀ; W (i
 
 
 class PopulationContext:
-    """Members [lo, hi) of one step: what every installed forward reads."""
+    """Members [lo, hi) of one step: what every installed forward reads.
+
+    ``plans`` holds what layers derive from the step's noise for exactly these members (a
+    matrix layer's GEMM plan, cut to the block's pairs), resolved on a layer's first call
+    and reused by every later call of the block -- a generate runs each layer once per token.
+    """
 
     def __init__(self, store: NoiseStore, lo: int, hi: int, fallback_bytes: float = float("inf")):
         self.store, self.lo, self.hi = store, lo, hi
         self.k = (hi - lo) // 2
         self.members = hi - lo
         self.fallback_bytes = fallback_bytes
+        self.plans: dict = {}
 
     @property
     def pop(self):

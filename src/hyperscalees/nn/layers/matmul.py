@@ -70,14 +70,13 @@ def _lowrank(ctx, x2, w, wname, b, bname, stored, rows) -> Tensor:
     over the output after the GEMM)."""
     dout, din = w.shape
     y = torch.empty(x2.shape[0], dout, dtype=x2.dtype, device=x2.device)
-    m = x2.shape[0] // ctx.members  # rows per member
-    r = ctx.pop.rank
-    plan = _step_plan(ctx, wname, bname, b, stored, rows, x2.dtype)
-    ctx.store.mark_applied(wname, bname)
+    plan = _chunk_plan(ctx, wname, bname, b, stored, rows, x2.dtype)
     if plan is not None:
-        p0 = ctx.lo // 2
-        plan_term_into(y, x2, plan.slice(p0, p0 + ctx.k))
+        plan_term_into(y, x2, plan)
     else:
+        ctx.store.mark_applied(wname, bname)
+        m = x2.shape[0] // ctx.members  # rows per member
+        r = ctx.pop.rank
         # per pair: its draw (din + dout)·r, the copied Bᵀ (din·r) and [Aᵀ; e; b] ((r+2)·dout),
         # and the (2M, r+2) left factor with its scaled u
         per_pair = 4 * ((din + dout) * r + din * r + (r + 2) * dout + 2 * 2 * m * (r + 2))
@@ -92,7 +91,24 @@ def _lowrank(ctx, x2, w, wname, b, bname, stored, rows) -> Tensor:
     return y
 
 
-def _step_plan(ctx, wname, bname, b, stored, rows, dtype) -> LowrankPlan | None:
+def _chunk_plan(ctx, wname, bname, b, stored, rows, dtype) -> LowrankPlan | None:
+    """The step's plan (:func:`_step_plan`) cut to this block's pairs, resolved once per
+    ``perturbation`` block: a generate calls each layer once per decoded token, and looking the
+    plan up and slicing it cost about as much as the layer's perturbation itself."""
+    key = ("linear-plan", wname, bname, stored, None if rows is None else (rows.start, rows.stop), dtype,
+           None if b is None else b._version)
+    plan = ctx.plans.get(key)
+    if plan is None:
+        plan = _step_plan(ctx, key, wname, bname, b, stored, rows, dtype)
+        if plan is None:
+            return None
+        ctx.store.mark_applied(wname, bname)  # once per block: a cached plan has been marked already
+        p0 = ctx.lo // 2
+        plan = ctx.plans[key] = plan.slice(p0, p0 + ctx.k)
+    return plan
+
+
+def _step_plan(ctx, key, wname, bname, b, stored, rows, dtype) -> LowrankPlan | None:
     """The layer's whole-population GEMM plan for this step, made once (on its second use)
     and kept in the store while it fits the budget; None past it: build per call."""
     store = ctx.store
@@ -100,8 +116,6 @@ def _step_plan(ctx, wname, bname, b, stored, rows, dtype) -> LowrankPlan | None:
     bn = store.cached(bname) if bname else None
     if wn is None or (bname and bn is None):
         return None
-    span = None if rows is None else (rows.start, rows.stop)
-    key = ("linear-plan", wname, bname, stored, span, dtype, None if b is None else b._version)
     xf, yf = _factors(wn, stored, rows)
     k, din, r = xf.shape
     dout = yf.shape[1]

@@ -17,7 +17,14 @@ from ..groups import ParamGroup
 
 
 class AbstractUpdateRule:
-    """State in, update out. ``params`` maps names to the live tensors the rule may change."""
+    """State in, update out. ``params`` maps names to the live tensors the rule may change.
+
+    ``takes_negated_estimate``: :meth:`apply` receives −ĝ instead of ĝ (what a torch optimizer
+    wants in ``.grad``). The strategy then folds the sign into the estimate's fitness weights,
+    which is exact and costs nothing, instead of the rule negating every estimate in a pass.
+    """
+
+    takes_negated_estimate = False
 
     def __init__(self, params: dict[str, Tensor], groups: list[ParamGroup], config):
         self.params = params
@@ -36,7 +43,8 @@ class AbstractUpdateRule:
         return {}
 
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
-        """Move every parameter named in ``estimates``; group lrs are scaled by ``lr_factor`` (schedules)."""
+        """Move every parameter named in ``estimates`` (ĝ, or −ĝ with ``takes_negated_estimate``);
+        group lrs are scaled by ``lr_factor`` (schedules)."""
         raise NotImplementedError
 
     def metrics(self) -> dict:

@@ -74,6 +74,8 @@ def build_optimizer(groups: list[dict], name: str, momentum: float = 0.0) -> Opt
 class OptimizerRule(AbstractUpdateRule):
     """``-ĝ`` into ``.grad`` of (fp32 master) parameters, then ``optimizer.step()``."""
 
+    takes_negated_estimate = True  # the estimates arrive as −ĝ (negated exactly, for free, upstream)
+
     def __init__(self, params: dict[str, Tensor], groups: list[ParamGroup], config,
                  optimizer_factory: Callable | None = None):
         super().__init__(params, groups, config)
@@ -104,8 +106,7 @@ class OptimizerRule(AbstractUpdateRule):
                     self.masters[n].copy_(self.params[n])
             before = [] if self.keep_masters else [self.masters[n].clone() for n in self.low]
         for n in list(estimates):
-            # the estimate is a fresh tensor: negate it in place and hand it over, no copy
-            g = estimates.pop(n).neg_()
+            g = estimates.pop(n)  # −ĝ, a fresh tensor: handed over, no copy
             self.masters[n].grad = g if g.dtype == self.masters[n].dtype else g.to(self.masters[n].dtype)
         self.optimizer.step()
         self.optimizer.zero_grad()  # set_to_none: the estimates are freed before the next forward
