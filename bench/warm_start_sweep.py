@@ -23,7 +23,7 @@ import time
 import torch
 
 from hyperscalees import llm
-from hyperscalees.llm.warm import _batch, char_llama
+from hyperscalees.llm.warm import char_llama, supervised_step
 from hyperscalees.tasks.llm import LLM_TASKS
 from hyperscalees.tasks.llm.evaluate import held_out
 
@@ -53,16 +53,9 @@ def main() -> None:
     while cpu < 60 * a.minutes:
         t = time.process_time()
         model.train()
-        ids, mask, lab = _batch(tok, [(q.prompt, q.solution) for q in task.problems("train", step * a.batch, a.batch)],
-                                "cpu")
-        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        batch = [(q.prompt, q.solution) for q in task.problems("train", step * a.batch, a.batch)]
+        losses.append(supervised_step(model, tok, batch, opt, sched, "cpu"))
         step, cpu = step + 1, cpu + time.process_time() - t
-        losses.append(loss.item())
         if cpu >= due or cpu >= 60 * a.minutes:
             due += a.every
             model.eval()

@@ -8,12 +8,7 @@ from hyperscalees.models.bigram_init import bigram_log2, expected_bits, init_fro
 from hyperscalees.models.egg import Egg
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def markov_tokens(vocab: int, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

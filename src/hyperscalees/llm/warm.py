@@ -75,6 +75,18 @@ def _batch(tokenizer, pairs: list[tuple[str, str]], device) -> tuple[torch.Tenso
     return ids, mask, lab
 
 
+def supervised_step(model, tokenizer, pairs: list[tuple[str, str]], opt, sched, device) -> float:
+    """One teacher-forced step on ``pairs`` (gradient clipped at 1); the batch's mean loss."""
+    ids, mask, lab = _batch(tokenizer, pairs, device)
+    loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss.item()
+
+
 def supervise(model, tokenizer, pairs: Callable[[int], list[tuple[str, str]]] | Iterator, seconds: float,
               lr: float = 1e-3, weight_decay: float = 0.01, warmup: int = 20, log: Callable | None = None,
               log_every: int = 50) -> dict:
@@ -91,15 +103,8 @@ def supervise(model, tokenizer, pairs: Callable[[int], list[tuple[str, str]]] | 
     model.train()
     t0, step, losses, last = time.perf_counter(), 0, [], math.nan
     while time.perf_counter() - t0 < seconds:
-        ids, mask, lab = _batch(tokenizer, pairs(step), device)
-        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        losses.append(supervised_step(model, tokenizer, pairs(step), opt, sched, device))
         step += 1
-        losses.append(loss.item())
         if step % log_every == 0:
             last, losses = sum(losses) / len(losses), []
             if log:
