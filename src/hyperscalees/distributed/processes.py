@@ -42,7 +42,9 @@ def descendants(pid: int | None = None) -> set[int]:
 
 def kill(pids: set[int], reap_seconds: float = 2.0) -> None:
     """SIGKILL ``pids`` (all collected first: a parent killed first would orphan its children out of
-    reach) and reap, for up to ``reap_seconds``, the ones that are this process's children."""
+    reach), then wait, for up to ``reap_seconds``, until each is gone: this process's children are
+    reaped; the others (orphans now) are waited for until they are dead or a zombie, since a SIGKILL
+    takes effect when the process is next scheduled, which on a loaded machine is not at once."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -52,11 +54,22 @@ def kill(pids: set[int], reap_seconds: float = 2.0) -> None:
             try:
                 if os.waitpid(pid, os.WNOHANG)[0] == 0:
                     continue                      # not dead yet
-            except OSError:                       # not our child (or already reaped): nothing to do
+            except ChildProcessError:             # not our child (or already reaped): dead yet?
+                if _running(pid):
+                    continue
+            except OSError:
                 pass
             waiting.discard(pid)
         if waiting:
             time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    """Is ``pid`` a process that has not died (a zombie has)? False without /proc."""
+    try:
+        return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @contextlib.contextmanager
