@@ -28,3 +28,10 @@ def test_quick_reports_a_best_value_per_sweep_width_and_parametrization(capsys, 
 
 def test_best_picks_the_lowest_finite_loss():
     assert mup_transfer.best([1, 2, 4], [0.5, 0.2, float("inf")]) == (2, 0.2)
+
+
+def test_a_point_is_the_mean_over_seeds_and_seeds_differ():
+    one = [mup_transfer.final_loss("adam lr", 2.0 ** -7, 64, 64, "standard", 2, seed=s) for s in (0, 1)]
+    assert one[0] != one[1]                              # the seed reaches the init (and ES noise); the batch is fixed
+    both = mup_transfer.mean_loss("adam lr", 2.0 ** -7, 64, 64, "standard", 2, [0, 1])
+    assert both == (one[0] + one[1]) / 2

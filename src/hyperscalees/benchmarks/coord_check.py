@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..engine.plotting import pyplot, save_figure
 from .base import environment
 from .width_models import batch, prepare
 
@@ -177,18 +178,6 @@ def summary(cc: CoordCheck) -> dict:
             "seconds": cc.seconds, "environment": environment()}
 
 
-def pyplot():
-    """matplotlib's pyplot on the file-only backend, or an ImportError that says how to get it."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ImportError("the PNG is drawn with matplotlib, which is not installed: "
-                          "pip install 'hyperscalees[plot]'") from e
-    return plt
-
-
 def plot(cc: CoordCheck, path) -> None:
     """Mean |output| against width, log-log: a row per parametrisation, a column per chosen step."""
     plt = pyplot()
@@ -212,5 +201,4 @@ def plot(cc: CoordCheck, path) -> None:
     axes[0][-1].legend(fontsize=6, loc="best")
     fig.suptitle(f"coord check: {cc.model}, {cc.optimizer}, lr {cc.lr:g}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save_figure(fig, path, dpi=80)

@@ -49,6 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..engine.plotting import pyplot, save_figure
 from . import llm_tuning
 from .base import BenchSetupError, Report, environment
 
@@ -287,11 +288,9 @@ LABELS = {"es": ("ES: EGGROLL (train llm)", "C0"), "grpo": ("GRPO (TRL)", "C1")}
 def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> str:
     """Mean train reward per step against training wall clock, every seed of both methods."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot (pip install 'hyperscalees[plot]')"
+        plt = pyplot()
+    except ImportError as e:
+        return f"no plot: {e}"
     fig, ax = plt.subplots(figsize=(7, 4))
     for m, rs in runs.items():
         label, color = LABELS.get(m, (m, None))
@@ -304,10 +303,7 @@ def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> str
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    path = save_figure(fig, path)
     return f"plot: {path} (one line per seed; reward 1 correct, 0.1 well formed, 0 otherwise)"
 
 

@@ -7,7 +7,8 @@ value should stay put as width grows (issue 23 asks for a factor 2 or less betwe
 1024); under the standard parametrisation it drifts (down, for lr). Three sweeps: Adam's lr,
 ES's lr at σ 0.05, and ES's σ at lr 2^-6 (ES is EGGROLL rank 1, 32 members, driving Adam).
 
-Run: ``hyperscalees bench mup-transfer [--quick] [--json] [--plot FILE]``. The default
+Run: ``hyperscalees bench mup-transfer [--quick] [--json] [--plot FILE] [--seeds S ...]`` (each
+point: the mean final loss over the seeds, default 0). The default
 (widths 64, 256, 1024) should take about 10 minutes on one thread of a loaded 2-core CPU.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 
+from ..engine.plotting import pyplot, save_figure
 from .base import Report, environment
 from .width_models import PARAMETRIZATIONS, evaluate, prepare
 
@@ -35,15 +37,20 @@ def configs(quick: bool) -> dict:
         "es sigma": [0.0125, 0.025, 0.05, 0.1]})
 
 
-def final_loss(sweep: str, value: float, width: int, base: int, pz: str, steps: int) -> float:
+def final_loss(sweep: str, value: float, width: int, base: int, pz: str, steps: int, seed: int = 0) -> float:
     optimizer = sweep.split()[0]
     lr = ES_LR if sweep == "es sigma" else value
     sigma = value if sweep == "es sigma" else ES_SIGMA
-    s = prepare("mlp", width, base, pz, optimizer, lr, sigma=sigma)
+    s = prepare("mlp", width, base, pz, optimizer, lr, sigma=sigma, seed=seed)
     for _ in range(steps):
         s.step()
     loss = evaluate("mlp", s.model)
     return loss if math.isfinite(loss) else math.inf
+
+
+def mean_loss(sweep: str, value: float, width: int, base: int, pz: str, steps: int, seeds) -> float:
+    """The final loss averaged over ``seeds`` (init and noise); inf if any seed overflowed."""
+    return sum(final_loss(sweep, value, width, base, pz, steps, s) for s in seeds) / len(seeds)
 
 
 def best(grid: list[float], losses: list[float]) -> tuple[float, float]:
@@ -51,8 +58,9 @@ def best(grid: list[float], losses: list[float]) -> tuple[float, float]:
     return grid[i], losses[i]
 
 
-def run(quick: bool = False, device: str = "cpu", log=print, plot: str | None = None) -> Report:
+def run(quick: bool = False, device: str = "cpu", log=print, plot: str | None = None, seeds=None) -> Report:
     c = configs(quick)
+    seeds = list(seeds) if seeds else [0]
     rep = Report("mup-transfer", QUESTION, COLUMNS)
     base, start = c["widths"][0], time.perf_counter()
     curves = {}   # (sweep, pz) -> {width: [loss per grid point]}
@@ -61,7 +69,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot: str | None = 
         for pz in PARAMETRIZATIONS:
             curves[(sweep, pz)] = {}
             for w in c["widths"]:
-                losses = [final_loss(sweep, v, w, base, pz, steps) for v in grid]
+                losses = [mean_loss(sweep, v, w, base, pz, steps, seeds) for v in grid]
                 curves[(sweep, pz)][w] = losses
                 b, bl = best(grid, losses)
                 rep.rows.append([sweep, pz, w, b, bl, " ".join(f"{x:.3g}" for x in losses)])
@@ -75,12 +83,12 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot: str | None = 
         "best_ratio_largest_over_smallest": drift,
         "within_factor_2": {k: 0.5 <= v <= 2.0 for k, v in drift.items()},
         "widths": list(c["widths"]), "steps": c["steps"], "es_sigma_for_lr_sweep": ES_SIGMA,
-        "es_lr_for_sigma_sweep": ES_LR, "seconds": time.perf_counter() - start, "environment": environment(),
+        "es_lr_for_sigma_sweep": ES_LR, "seeds": seeds, "seconds": time.perf_counter() - start, "environment": environment(),
     }
     rep.details = {"grids": c["grids"], "curves": {f"{s} {p}": {str(w): v for w, v in per.items()}
                                                    for (s, p), per in curves.items()}}
-    rep.notes += ["one seed per point; the loss is the training loss on the fixed batch after the last step "
-                  "(inf where training overflowed); base width = the smallest"]
+    rep.notes += [f"each point: the training loss on the fixed batch after the last step, averaged over seeds {seeds} "
+                  "(init and noise; inf where a seed overflowed); base width = the smallest"]
     if plot:
         draw(curves, c, plot)
     return rep
@@ -88,7 +96,6 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot: str | None = 
 
 def draw(curves: dict, c: dict, path) -> None:
     """Loss against the swept value, one curve per width: a row per parametrisation, a column per sweep."""
-    from .coord_check import pyplot
     plt = pyplot()
     sweeps = list(c["grids"])
     fig, axes = plt.subplots(len(PARAMETRIZATIONS), len(sweeps), figsize=(3.6 * len(sweeps), 5.6), squeeze=False)
@@ -105,5 +112,4 @@ def draw(curves: dict, c: dict, path) -> None:
                 ax.set_ylabel("final train loss (capped at 10)")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save_figure(fig, path, dpi=80)

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from ..engine.files import BadFileError
 from ..engine.metrics import JSONL_FILE, read_rows
+from ..engine.plotting import pyplot, save_figure
 from ..noise.native import cache_dir
 from .base import BenchSetupError, Report, environment
 
@@ -331,11 +332,9 @@ LABELS = {"es": ("EGGROLL (hyperscalees)", "C0"), "openes": ("OpenES full rank (
 def plot_curves(results: dict[str, dict], path: Path) -> str:
     """Eval return against wall clock, every seed of every method, one panel per env; returns a note."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot (pip install 'hyperscalees[plot]')"
+        plt = pyplot()
+    except ImportError as e:
+        return f"no plot: {e}"
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
     for ax, (env_id, r) in zip(axes[0], results.items()):
         for m, v in r["methods"].items():
@@ -359,10 +358,7 @@ def plot_curves(results: dict[str, dict], path: Path) -> str:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    path = save_figure(fig, path)
     return f"plot: {path} (thin: one seed; thick: mean over seeds; dotted: median time to target)"
 
 

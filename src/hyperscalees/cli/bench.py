@@ -39,7 +39,7 @@ MODULES = {"llm-generate": "llm_generate", "mup-transfer": "mup_transfer"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
-OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm"}),
+OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm", "mup-transfer"}),
              "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}),
              "plot": frozenset({"rl", "llm", "mup-transfer"}),
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
@@ -75,7 +75,8 @@ def register(subparsers) -> None:
     p.add_argument("--repeats", type=_positive_int, default=None,
                    help="gpu only: timed repeats per configuration (default: 3 with --quick, else 10)")
     p.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="S",
-                   help="rl, llm: seeds to report (default: 100 ... 109; with --quick: 100); never a tuning seed")
+                   help="rl, llm: seeds to report (default: 100 ... 109; with --quick: 100); never a tuning seed; "
+                        "mup-transfer: seeds each grid point's loss is averaged over (default: 0)")
     p.add_argument("--tuning-seeds", type=_seed, nargs="+", default=None, metavar="S",
                    help="rl, llm: the seeds settings are tuned on, refused as --seeds (default: rl 0 1 2 3 4; "
                         "llm 0, with --tune)")

@@ -60,9 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         return fail(PROG, f"--steps must be >= 1, got {args.steps}")
     from ..benchmarks import coord_check
+    from ..engine.plotting import pyplot
     if args.out is not None:  # before minutes of training: a missing matplotlib is a clear error at once
         try:
-            coord_check.pyplot()
+            pyplot()
         except ImportError as e:
             return fail(PROG, f"--out: {e} (or leave out --out)")
     try:

@@ -153,9 +153,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     strategy, es, engine, options = (getattr(args, "run.strategy"), collect(args, "es"), collect(args, "engine"),
                                      collect(args, "options"))
     typed = explicit(args)
-    es.update({k: v for k, v in get_task(args.task).model_es_defaults(options).items() if f"es.{k}" not in typed})
-    engine.update({k: v for k, v in get_task(args.task).engine_defaults(options).items()
-                   if f"engine.{k}" not in typed})
+    task_cls = get_task(args.task)
+    given = {k: v for k, v in options.items() if f"options.{k}" in typed}
+    options.update({k: v for k, v in task_cls.option_defaults(given).items() if f"options.{k}" not in typed})
+    es.update({k: v for k, v in task_cls.model_es_defaults(options).items() if f"es.{k}" not in typed})
+    engine.update({k: v for k, v in task_cls.engine_defaults(options).items() if f"engine.{k}" not in typed})
     minutes = getattr(args, "run.budget_minutes", None)
     if minutes is not None:
         if "engine.time_budget" in typed:
@@ -190,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(prog, str(e))
     task_cls = get_task(args.task)
     from_model = ({f"es.{k}" for k in task_cls.model_es_defaults(cfg.options)}  # chosen for the model / env
-                  | {f"engine.{k}" for k in task_cls.engine_defaults(cfg.options)})
+                  | {f"engine.{k}" for k in task_cls.engine_defaults(cfg.options)}
+                  | {f"options.{k}" for k in task_cls.option_defaults(cfg.options)})
     notes = start_notes(cfg, explicit(args) | from_model)
     # stdout carries the summary alone: what Ray's workers (or anything else) print goes to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if cfg.engine.json or getattr(args, "run.backend") != "local" \

@@ -143,6 +143,7 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
     es = {k: v for k, v in (es or {}).items() if v is not None}
     engine = {k: v for k, v in (engine or {}).items() if v is not None or k in _NULLABLE_ENGINE}
     options = {k: v for k, v in (options or {}).items() if v is not None}
+    options = {**task_cls.option_defaults(options), **options}
     es_fields = {f.name for f in fields(ESConfig)}
     for k, v in task_cls.model_es_defaults(options).items():
         es.setdefault(k, v)

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from .files import BadFileError, atomic_write, json_safe
+from .plotting import pyplot, save_figure
 
 JSONL_FILE = "metrics.jsonl"
 CSV_FILE = "metrics.csv"
@@ -145,11 +146,9 @@ def plot_curve(directory: str | Path, metric: str) -> tuple[Path | None, str | N
     if not rows:
         return None, "no metrics rows to plot"
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None, "matplotlib is not installed; skipped curve.png (pip install 'hyperscalees[plot]')"
+        plt = pyplot()
+    except ImportError as e:
+        return None, f"skipped {PLOT_FILE}: {e}"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     fit = [(r["step"], r["fitness_mean"]) for r in rows if r.get("fitness_mean") is not None]
     ax1.plot([s for s, _ in fit], [v for _, v in fit])
@@ -165,7 +164,4 @@ def plot_curve(directory: str | Path, metric: str) -> tuple[Path | None, str | N
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = directory / PLOT_FILE
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
-    plt.close(fig)
-    return path, None
+    return save_figure(fig, directory / PLOT_FILE), None

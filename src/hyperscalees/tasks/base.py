@@ -105,6 +105,13 @@ class AbstractTask:
         return {}
 
     @classmethod
+    def option_defaults(cls, options: dict) -> dict:
+        """Task options that depend on other options, e.g. the width and start a chosen model trains
+        best from; they replace the Options defaults for options the user did not give. Applied
+        before :meth:`model_es_defaults`, which sees them. None by default."""
+        return {}
+
+    @classmethod
     def model_es_defaults(cls, options: dict) -> dict:
         """ES settings (``ESConfig`` fields) that depend on the options, e.g. on the chosen model;
         they replace ``defaults`` for settings the user did not give. None by default."""

@@ -77,6 +77,21 @@ def load_function(spec: str):
     return obj
 
 
+def score(fn, prompt: str, completion: str) -> tuple[str, object]:
+    """One call of the reward as a protocol reply: ``("ok", float)``, or ``("error", message)`` when
+    it raises or returns something ``float()`` refuses. NaN and inf pass as "ok": the parent
+    counts them apart (``counts["nonfinite"]``). Shared by the worker process and the thread runner,
+    so both isolations score a reward alike."""
+    try:
+        value = fn(prompt, completion)
+    except (Exception, SystemExit) as e:
+        return "error", f"{type(e).__name__}: {str(e)[:500]}"
+    try:
+        return "ok", float(value)
+    except (TypeError, ValueError):
+        return "error", f"the reward returned {type(value).__name__} {str(value)[:60]!r}, not a number"
+
+
 def _watch_parent(parent: int) -> None:
     while True:
         time.sleep(1.0)
@@ -112,15 +127,7 @@ def main() -> None:
         except EOFError:
             return
         for prompt, completion in pairs:
-            try:
-                value = fn(prompt, completion)
-                try:
-                    reply = ("ok", float(value))
-                except (TypeError, ValueError):
-                    reply = ("error", f"the reward returned {type(value).__name__} {str(value)[:60]!r}, not a number")
-            except (Exception, SystemExit) as e:
-                reply = ("error", f"{type(e).__name__}: {str(e)[:500]}")
-            send(reply)
+            send(score(fn, prompt, completion))
 
 
 if __name__ == "__main__":

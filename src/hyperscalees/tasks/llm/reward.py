@@ -43,7 +43,7 @@ import weakref
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ._reward_worker import FORMS, RewardLoadError, load_function, split_spec
+from ._reward_worker import FORMS, RewardLoadError, load_function, score, split_spec
 
 WORKER = Path(__file__).with_name("_reward_worker.py")
 COUNTS = ("calls", "errors", "timeouts", "nonfinite")
@@ -72,7 +72,19 @@ def _read_replies(stdout, replies: queue.SimpleQueue) -> None:
         replies.put(_EOF)
 
 
-class _ProcessRunner:
+class _Runner:
+    """What ``SafeReward`` talks to: ``submit(pairs)``, then one reply per pair from ``get``, in order
+    (``None`` when none came within ``timeout``: the pair in flight has run past its time)."""
+    queue: queue.SimpleQueue
+
+    def get(self, timeout: float):
+        try:
+            return self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+class _ProcessRunner(_Runner):
     """One worker process: send a batch, read one reply per pair from a queue."""
 
     def __init__(self, init: dict, load_timeout: float, what: str):
@@ -105,17 +117,11 @@ class _ProcessRunner:
     def submit(self, pairs: list) -> bool:
         return self.send(("batch", pairs))
 
-    def get(self, timeout: float):
-        try:
-            return self.queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
     def close(self) -> None:
         self._finalizer()
 
 
-class _ThreadRunner:
+class _ThreadRunner(_Runner):
     """The same protocol in a daemon thread (a hung call is abandoned, not killed)."""
 
     def __init__(self, fn: Callable):
@@ -125,25 +131,11 @@ class _ThreadRunner:
         for prompt, completion in pairs:
             if self.abandoned:
                 return
-            try:
-                value = self.fn(prompt, completion)
-                try:
-                    reply = ("ok", float(value))
-                except (TypeError, ValueError):
-                    reply = ("error", f"the reward returned {type(value).__name__} {str(value)[:60]!r}, not a number")
-            except (Exception, SystemExit) as e:
-                reply = ("error", f"{type(e).__name__}: {str(e)[:500]}")
-            self.queue.put(reply)
+            self.queue.put(score(self.fn, prompt, completion))
 
     def submit(self, pairs: list) -> bool:
         threading.Thread(target=self._run, args=(pairs,), daemon=True).start()
         return True
-
-    def get(self, timeout: float):
-        try:
-            return self.queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
 
     def close(self) -> None:
         self.abandoned = True
