@@ -62,3 +62,37 @@ def test_budget_minutes_sets_the_time_budget():
     assert cfg.engine.time_budget == 90.0
     with pytest.raises(ValueError, match="not both"):
         config_from_args(build_parser().parse_args(["train", "lm", "--budget-minutes", "1", "--time-budget", "5"]))
+
+
+def _config(*flags):
+    return config_from_args(build_parser().parse_args(["train", "lm", *flags]))
+
+
+def test_the_egg_starts_from_the_bigram_at_width_64_unless_told_otherwise():
+    cfg = _config()
+    assert (cfg.options["model"], cfg.options["init"], cfg.options["hidden"]) == ("egg", "bigram", 64)
+    assert (cfg.es.population, cfg.es.sigma, cfg.es.lr) == (256, 2.0 ** -9, 0.25)
+    cfg = _config("--init", "random")  # the random start's width and settings come back with it
+    assert (cfg.options["hidden"], cfg.es.population, cfg.es.sigma, cfg.es.lr) == (32, 128, 2.0 ** -8, 1.0)
+    cfg = _config("--hidden", "48", "--lr", "0.5")  # a typed flag wins; the rest of the recipe stays
+    assert (cfg.options["init"], cfg.options["hidden"], cfg.es.population, cfg.es.lr) == ("bigram", 48, 256, 0.5)
+    cfg = _config("--model", "float-gru")  # other models: their own defaults, no bigram start
+    assert (cfg.options["init"], cfg.options["hidden"]) == ("random", 32)
+
+
+def test_the_api_and_the_cli_choose_the_same_defaults():
+    from hyperscalees.engine import make_config
+    for flags, options in (((), {}), (("--init", "random"), {"init": "random"}),
+                           (("--model", "int8-transformer"), {"model": "int8-transformer"})):
+        cli, api = _config(*flags), make_config("lm", options=options)
+        assert cli.options == api.options and cli.es == api.es, flags
+
+
+def test_a_resumed_run_keeps_the_width_and_start_it_was_saved_with(tmp_path, monkeypatch):
+    from hyperscalees.cli import train as train_cli
+    from hyperscalees.engine import make_config
+    saved = make_config("lm", options={"init": "random"})  # a run saved before (or without) the bigram start
+    monkeypatch.setattr(train_cli, "has_checkpoint", lambda path: True)
+    monkeypatch.setattr(train_cli, "saved_config", lambda path: saved)
+    cfg = _config("--resume", str(tmp_path))
+    assert (cfg.options["init"], cfg.options["hidden"], cfg.es.population, cfg.es.lr) == ("random", 32, 128, 1.0)

@@ -26,3 +26,59 @@ def test_a_plan_kept_for_the_block_gives_the_per_call_result(bias):
         part = [model(x[6:18]) for _ in range(3)]
     for out in part:
         torch.testing.assert_close(out, outs[0][6:18], rtol=1e-6, atol=1e-6)
+
+
+def _count_general_calls(monkeypatch):
+    from hyperscalees.nn.layers import matmul
+    calls = []
+    general = matmul.population_linear
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return general(*args, **kwargs)
+
+    monkeypatch.setattr(matmul, "population_linear", counting)
+    return calls
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rank", [1, 3])
+def test_once_the_plan_is_cached_a_linear_takes_the_direct_path_with_the_same_result(bias, rank, monkeypatch):
+    """A generate calls each layer once per token: after the second call (which caches the plan) the layer
+    skips the general path's look-ups; the kernels are the same, so the result is bit for bit the same."""
+    torch.manual_seed(0)
+    lin = nn.Linear(12, 24, bias=bias)
+    es = hs.EGGROLL(nn.Sequential(lin), population=8, sigma=0.1, rank=rank, seed=1)
+    x = torch.randn(8 * 3, 1, 12)
+    calls = _count_general_calls(monkeypatch)
+    with perturbation(es.model, es.store()):
+        outs = [lin(x) for _ in range(5)]
+    assert len(calls) == 2                                       # calls 3-5 took the direct path
+    assert all(torch.equal(o, outs[2]) for o in outs[1:])        # call 2 made the plan; 3-5 reuse it
+    assert outs[2].shape == (24, 1, 24)
+
+
+def test_the_direct_path_steps_aside_when_the_module_changes_inside_the_block(monkeypatch):
+    torch.manual_seed(0)
+    lin = nn.Linear(12, 24)
+    es = hs.EGGROLL(nn.Sequential(lin), population=8, sigma=0.1, rank=1, seed=1)
+    x = torch.randn(8 * 3, 12)
+    calls = _count_general_calls(monkeypatch)
+    with perturbation(es.model, es.store()):
+        for _ in range(3):
+            lin(x)
+        before = lin(x)
+        with torch.no_grad():
+            lin.bias.add_(1.0)                                   # an in-place change: a new bias version
+        after = lin(x)
+        assert len(calls) == 3                                   # the general path ran again
+        torch.testing.assert_close(after, before + 1.0)
+        lin.weight = nn.Parameter(lin.weight.detach() * 0)       # a new weight: the direct path refuses it
+        n = len(calls)
+        lin(x)
+        assert len(calls) == n + 1
+    with pytest.raises(ValueError, match="not a multiple of the 8 members"):
+        with perturbation(es.model, es.store()):
+            for _ in range(3):
+                lin(x)
+            lin(x[:5])                                           # the direct path checks the rows too

@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import nn
 
 from .base import AbstractLayer, PopulationContext
-from .matmul import population_linear
+from .matmul import linear_forward
 
 
 class LinearLayer(AbstractLayer):
@@ -23,7 +23,5 @@ class LinearLayer(AbstractLayer):
         return {"weight": self.stored}
 
     def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
-        def forward(x):
-            return population_linear(ctx, x, module.weight, active.get("weight"), module.bias, active.get("bias"),
-                                     self.stored, what=type(module).__name__)
-        return forward
+        return linear_forward(ctx, module, active.get("weight"), active.get("bias"), self.stored,
+                              what=type(module).__name__)
