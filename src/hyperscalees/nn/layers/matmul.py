@@ -97,10 +97,7 @@ def _direct_lowrank(ctx, module, wname, bname, stored, dtype, what):
                 or (bias is not None and bias._version != version):
             return None  # the module changed inside the block: the general path rebuilds
         ctx.check_rows(x, what)
-        x2 = x.reshape(-1, din)
-        y = torch.empty(x2.shape[0], dout, dtype=x2.dtype, device=x2.device)
-        plan_term_into(y, x2, plan)
-        return y.addmm_(x2, wt).view(*x.shape[:-1], dout)
+        return _planned(x.reshape(-1, din), wt, plan).view(*x.shape[:-1], dout)
 
     return run
 
@@ -124,26 +121,32 @@ def _lowrank(ctx, x2, w, wname, b, bname, stored, rows) -> Tensor:
     """Bias and perturbation written first, then the base GEMM accumulates onto them (no pass
     over the output after the GEMM)."""
     dout, din = w.shape
-    y = torch.empty(x2.shape[0], dout, dtype=x2.dtype, device=x2.device)
     plan = _chunk_plan(ctx, wname, bname, b, stored, rows, x2.dtype)
     if plan is not None:
-        plan_term_into(y, x2, plan)
-    else:
-        ctx.store.mark_applied(wname, bname)
-        m = x2.shape[0] // ctx.members  # rows per member
-        r = ctx.pop.rank
-        # per pair: its draw (din + dout)·r, the copied Bᵀ (din·r) and [Aᵀ; e; b] ((r+2)·dout),
-        # and the (2M, r+2) left factor with its scaled u
-        per_pair = 4 * ((din + dout) * r + din * r + (r + 2) * dout + 2 * 2 * m * (r + 2))
-        for k0, k1 in ctx.pair_blocks(per_pair):
-            sl = slice(2 * k0 * m, 2 * k1 * m)
-            wn = ctx.noise(wname, k0, k1)
-            bn = ctx.noise(bname, k0, k1) if bname else None
-            xf, yf = _factors(wn, stored, rows)
-            be = None if bn is None else (bn.eps if rows is None else bn.eps[:, rows])
-            lowrank_term_into(y[sl], x2[sl], xf, yf, wn.signs, wn.scale, b, be, bn.scale if bn else 0.0)
+        return _planned(x2, w.t(), plan)
+    y = torch.empty(x2.shape[0], dout, dtype=x2.dtype, device=x2.device)
+    ctx.store.mark_applied(wname, bname)
+    m = x2.shape[0] // ctx.members  # rows per member
+    r = ctx.pop.rank
+    # per pair: its draw (din + dout)·r, the copied Bᵀ (din·r) and [Aᵀ; e; b] ((r+2)·dout),
+    # and the (2M, r+2) left factor with its scaled u
+    per_pair = 4 * ((din + dout) * r + din * r + (r + 2) * dout + 2 * 2 * m * (r + 2))
+    for k0, k1 in ctx.pair_blocks(per_pair):
+        sl = slice(2 * k0 * m, 2 * k1 * m)
+        wn = ctx.noise(wname, k0, k1)
+        bn = ctx.noise(bname, k0, k1) if bname else None
+        xf, yf = _factors(wn, stored, rows)
+        be = None if bn is None else (bn.eps if rows is None else bn.eps[:, rows])
+        lowrank_term_into(y[sl], x2[sl], xf, yf, wn.signs, wn.scale, b, be, bn.scale if bn else 0.0)
     y.addmm_(x2, w.t())
     return y
+
+
+def _planned(x2: Tensor, wt: Tensor, plan: LowrankPlan) -> Tensor:
+    """x2 (W + E)ᵀ + b from a resolved plan: the term written first, the base GEMM accumulated onto it."""
+    y = torch.empty(x2.shape[0], wt.shape[1], dtype=x2.dtype, device=x2.device)
+    plan_term_into(y, x2, plan)
+    return y.addmm_(x2, wt)
 
 
 def _plan_key(wname, bname, stored, rows, dtype, b) -> tuple:
