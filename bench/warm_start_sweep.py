@@ -12,6 +12,9 @@ A dev tool: run from a source checkout, one setting per process, ``OMP_NUM_THREA
         --task-options '{"min_numbers": 2, "max_numbers": 2, "max_value": 20, "min_target": 1, "max_target": 400}' \\
         --hidden 64 --layers 2 --lr 1e-2 --batch 16 --minutes 6 --every 60
 
+``--rl-seed`` also scores the train problems of that seed, the prompts ES and GRPO train on: a
+start that already answers those (memorised keys) leaves them no signal to climb.
+
 Prints one line per evaluation, then one JSON line with the setting and the curve.
 """
 from __future__ import annotations
@@ -41,9 +44,13 @@ def main() -> None:
     p.add_argument("--every", type=float, default=60.0, help="CPU seconds between evaluations")
     p.add_argument("--eval-prompts", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--rl-seed", type=int, default=100,
+                   help="also score the train problems of this seed (what ES and GRPO train on): a start "
+                        "near 100%% there leaves them no reward signal, whatever the held-out accuracy")
     a = p.parse_args()
     torch.set_num_threads(1)
     task = LLM_TASKS[a.task](seed=0, options=json.loads(a.task_options))
+    rl_task = LLM_TASKS[a.task](seed=a.rl_seed, options=json.loads(a.task_options))  # the prompts RL trains on
     model, tok = char_llama(hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
     sampling = llm.Sampling(max_new_tokens=a.max_new_tokens, stop=("</answer>",))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
@@ -60,10 +67,12 @@ def main() -> None:
             due += a.every
             model.eval()
             m = held_out(task, model, tok, sampling, a.eval_prompts)
-            curve.append({"cpu_s": round(cpu, 1), "step": step, "loss": sum(losses) / len(losses), **m})
+            rl = held_out(rl_task, model, tok, sampling, a.eval_prompts, split="train")["accuracy"]
+            curve.append({"cpu_s": round(cpu, 1), "step": step, "loss": sum(losses) / len(losses), **m,
+                          "rl_train_accuracy": rl})
             losses = []
             print(f"cpu {cpu:5.0f} s  step {step:5d}  loss {curve[-1]['loss']:.3f}  accuracy {m['accuracy']:.3f}  "
-                  f"formatted {m['formatted']:.2f}", flush=True)
+                  f"formatted {m['formatted']:.2f}  RL train accuracy {rl:.3f}", flush=True)
     params = sum(q.numel() for q in model.parameters())
     print(json.dumps({"setting": vars(a), "params": params, "curve": curve}))
 

@@ -58,6 +58,39 @@ def test_once_the_plan_is_cached_a_linear_takes_the_direct_path_with_the_same_re
     assert outs[2].shape == (24, 1, 24)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_repeated_block_makes_plans_on_the_first_call_with_the_same_results(bias, monkeypatch):
+    """``repeated=True`` (a generate): the plan is made on the first call and the direct path taken
+    from the second; the outputs equal an ordinary block's (which makes the plan on the second call)."""
+    torch.manual_seed(0)
+    lin = nn.Linear(12, 24, bias=bias)
+    es = hs.EGGROLL(nn.Sequential(lin), population=8, sigma=0.1, rank=1, seed=1)
+    x = torch.randn(8 * 3, 1, 12)
+    with perturbation(es.model, es.store()):
+        ordinary = [lin(x) for _ in range(3)]
+    es.strategy.set_step(es.step)  # a fresh store: nothing asked yet
+    calls = _count_general_calls(monkeypatch)
+    with perturbation(es.model, es.store(), repeated=True) as ctx:
+        first = lin(x)
+        assert len(ctx.plans) == 1 and es.store().memo_count == 1  # made on the first call
+        later = [lin(x) for _ in range(2)]
+    assert len(calls) == 1                                         # calls 2-3: the direct path
+    torch.testing.assert_close(first, ordinary[0], rtol=1e-6, atol=1e-6)
+    assert all(torch.equal(o, ordinary[2]) for o in [first, *later])  # the planned path, as ordinary's 3rd
+
+
+def test_memo_makes_a_value_on_its_second_ask_or_its_first_when_told():
+    from hyperscalees.noise.store import NoiseStore
+    es = hs.EGGROLL(nn.Sequential(nn.Linear(4, 4)), population=4, sigma=0.1, seed=1)
+    store: NoiseStore = es.store()
+    made = []
+    assert store.memo("a", 16, lambda: made.append("a") or "A") is None and not made
+    assert store.memo("a", 16, lambda: made.append("a") or "A") == "A"
+    assert store.memo("b", 16, lambda: made.append("b") or "B", first_use=True) == "B"
+    assert made == ["a", "b"] and store.memo_count == 2
+    assert store.memo("big", 1 << 60, lambda: "X", first_use=True) is None  # past the budget: never made
+
+
 def test_the_direct_path_steps_aside_when_the_module_changes_inside_the_block(monkeypatch):
     torch.manual_seed(0)
     lin = nn.Linear(12, 24)

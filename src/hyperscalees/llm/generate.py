@@ -153,7 +153,7 @@ def generate(es, tokenizer, prompts: list[str], sampling: Sampling = Sampling(),
     texts, tokens, lengths = [], [], []
     for a in range(lo, hi, chunk):
         b = min(hi, a + chunk)
-        with es.perturbed((a, b)):
+        with es.perturbed((a, b), repeated=True):  # one forward per token: plans from the first
             t, new, n = complete(es.model, tokenizer, prompts, sampling, repeats=b - a,
                                  seed=_chunk_seed(sampling.seed, es.step, a))
         texts += t

@@ -80,10 +80,14 @@ class AbstractModuleES:
         return self.strategy.store(self.ask())
 
     @contextmanager
-    def perturbed(self, members: slice | tuple[int, int] | None = None):
-        """Run members ``members`` (default: all) of the current population in one forward."""
+    def perturbed(self, members: slice | tuple[int, int] | None = None, repeated: bool = False):
+        """Run members ``members`` (default: all) of the current population in one forward.
+
+        ``repeated``: the block will run the model many times (a generate, an episode), so layers
+        prepare their step plans on their first call instead of their second (see :func:`perturbation`).
+        """
         lo, hi = member_range(members, self.config.population)
-        with perturbation(self.model, self.store(), lo, hi, self.fallback_mib):
+        with perturbation(self.model, self.store(), lo, hi, self.fallback_mib, repeated=repeated):
             yield self
 
     @contextmanager

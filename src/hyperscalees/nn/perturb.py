@@ -30,13 +30,19 @@ from .layers import PopulationContext, layer_for, population_call, registered_la
 
 @contextmanager
 def perturbation(model: nn.Module, store: NoiseStore, lo: int = 0, hi: int | None = None,
-                 fallback_mib: float = 64.0):
-    """Within the block, ``model`` evaluates members [lo, hi) of ``store.pop`` in one forward."""
+                 fallback_mib: float = 64.0, repeated: bool = False):
+    """Within the block, ``model`` evaluates members [lo, hi) of ``store.pop`` in one forward.
+
+    ``repeated`` says the block will call the model many times (a generate calls every layer once
+    per token): layers then build what they derive from the step's noise (a matrix layer's GEMM
+    plan) on their first call. Otherwise a plan is made on its second use in the step, so a
+    forward that runs once spends no time or memory on one. Either way the outputs are the same.
+    """
     if not isinstance(store, NoiseStore):
         raise TypeError(f"perturbation needs the step's NoiseStore (strategy.store(pop)), got {type(store).__name__}")
     hi = store.pop.size if hi is None else hi
     store.pop.check_members(lo, hi)
-    ctx = PopulationContext(store, lo, hi, fallback_mib * 2**20)
+    ctx = PopulationContext(store, lo, hi, fallback_mib * 2**20, repeated=repeated)
     by_module = defaultdict(dict)
     for mod, attr, name, _ in owned_parameters(model):
         if store.is_perturbed(name):

@@ -159,15 +159,16 @@ class NoiseStore:
         return noise
 
     # -- values derived from the step's noise -------------------------------------------
-    def memo(self, key: Hashable, nbytes: int, make: Callable[[], object]):
+    def memo(self, key: Hashable, nbytes: int, make: Callable[[], object], first_use: bool = False):
         """A value derived from this step's noise (a layer's GEMM plan), made once per step.
 
         Made only when asked for a second time in the step (a later chunk, or the next
         environment step of a policy): a value used once would only take budget from the
-        draws themselves. Returns None when not made, and the caller works without it.
+        draws themselves. ``first_use``: the caller knows it will ask again (a generate), so
+        make it now. Returns None when not made, and the caller works without it.
         """
         if key not in self._memo:
-            if key not in self._memo_asked:
+            if key not in self._memo_asked and not first_use:
                 self._memo_asked.add(key)
                 return None
             if self.bytes_used + nbytes > self.budget_bytes:

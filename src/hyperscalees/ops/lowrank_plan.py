@@ -105,6 +105,26 @@ def plan_term(x: Tensor, plan: LowrankPlan) -> Tensor:
     return torch.bmm(left_operand(u, plan), plan.right)
 
 
+def plan_linear(x: Tensor, wt: Tensor, plan: LowrankPlan) -> Tensor:
+    """x Wᵀ plus each member's term, from a resolved plan (``wt`` = Wᵀ, (din, dout)).
+
+    Rank 1 with neither bias nor vector noise (a Llama's projections): the base GEMM first, then
+    the term added onto it by one broadcast multiply-add. Otherwise the term is written first and
+    the GEMM accumulates onto it. The first order skips an allocation, an ``out=`` multiply and an
+    accumulating GEMM: a decoded token's layer call is dispatch-bound on a CPU (measured 177 vs
+    186 µs per call, plain GEMM 136 µs, for 32 rows of a 256x256 layer on one thread).
+    """
+    if plan.right is None and plan.const is None:
+        u = project_input(x, plan)
+        k, _, m2 = u.shape
+        y = torch.mm(x, wt)
+        y.view(k, 2, m2 // 2, y.shape[-1]).addcmul_(u.view(k, 2, m2 // 2, 1), plan.a_s)
+        return y
+    y = torch.empty(x.shape[0], wt.shape[1], dtype=x.dtype, device=x.device)
+    plan_term_into(y, x, plan)
+    return y.addmm_(x, wt)
+
+
 def plan_term_into(out: Tensor, x: Tensor, plan: LowrankPlan) -> Tensor:
     """:func:`lowrank_term_into` from a prepared :class:`LowrankPlan`: one write of ``out``."""
     u = project_input(x, plan)

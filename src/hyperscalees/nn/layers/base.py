@@ -37,8 +37,10 @@ class PopulationContext:
     and reused by every later call of the block -- a generate runs each layer once per token.
     """
 
-    def __init__(self, store: NoiseStore, lo: int, hi: int, fallback_bytes: float = float("inf")):
+    def __init__(self, store: NoiseStore, lo: int, hi: int, fallback_bytes: float = float("inf"),
+                 repeated: bool = False):
         self.store, self.lo, self.hi = store, lo, hi
+        self.repeated = repeated  # the block calls each layer many times: plans are made on first use
         self.k = (hi - lo) // 2
         self.members = hi - lo
         self.fallback_bytes = fallback_bytes

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ...ops.fullrank import do_mm_dense
 from ...ops.lowrank_linear import lowrank_term_into
-from ...ops.lowrank_plan import LowrankPlan, lowrank_plan, plan_term_into
+from ...ops.lowrank_plan import LowrankPlan, lowrank_plan, plan_linear
 from ...ops.member import add_vector_noise
 from .base import PopulationContext
 
@@ -97,7 +97,7 @@ def _direct_lowrank(ctx, module, wname, bname, stored, dtype, what):
                 or (bias is not None and bias._version != version):
             return None  # the module changed inside the block: the general path rebuilds
         ctx.check_rows(x, what)
-        return _planned(x.reshape(-1, din), wt, plan).view(*x.shape[:-1], dout)
+        return plan_linear(x.reshape(-1, din), wt, plan).view(*x.shape[:-1], dout)
 
     return run
 
@@ -123,7 +123,7 @@ def _lowrank(ctx, x2, w, wname, b, bname, stored, rows) -> Tensor:
     dout, din = w.shape
     plan = _chunk_plan(ctx, wname, bname, b, stored, rows, x2.dtype)
     if plan is not None:
-        return _planned(x2, w.t(), plan)
+        return plan_linear(x2, w.t(), plan)
     y = torch.empty(x2.shape[0], dout, dtype=x2.dtype, device=x2.device)
     ctx.store.mark_applied(wname, bname)
     m = x2.shape[0] // ctx.members  # rows per member
@@ -140,13 +140,6 @@ def _lowrank(ctx, x2, w, wname, b, bname, stored, rows) -> Tensor:
         lowrank_term_into(y[sl], x2[sl], xf, yf, wn.signs, wn.scale, b, be, bn.scale if bn else 0.0)
     y.addmm_(x2, w.t())
     return y
-
-
-def _planned(x2: Tensor, wt: Tensor, plan: LowrankPlan) -> Tensor:
-    """x2 (W + E)ᵀ + b from a resolved plan: the term written first, the base GEMM accumulated onto it."""
-    y = torch.empty(x2.shape[0], wt.shape[1], dtype=x2.dtype, device=x2.device)
-    plan_term_into(y, x2, plan)
-    return y.addmm_(x2, wt)
 
 
 def _plan_key(wname, bname, stored, rows, dtype, b) -> tuple:
@@ -172,8 +165,9 @@ def _chunk_plan(ctx, wname, bname, b, stored, rows, dtype) -> LowrankPlan | None
 
 
 def _step_plan(ctx, key, wname, bname, b, stored, rows, dtype) -> LowrankPlan | None:
-    """The layer's whole-population GEMM plan for this step, made once (on its second use)
-    and kept in the store while it fits the budget; None past it: build per call."""
+    """The layer's whole-population GEMM plan for this step, made once (on its second use, or
+    its first in a ``repeated`` block) and kept in the store while it fits the budget; None
+    past it: build per call."""
     store = ctx.store
     wn = store.cached(wname)
     bn = store.cached(bname) if bname else None
@@ -185,4 +179,5 @@ def _step_plan(ctx, key, wname, bname, b, stored, rows, dtype) -> LowrankPlan | 
     be = None if bn is None else (bn.eps if rows is None else bn.eps[:, rows])
     nbytes = 4 * k * (r * din + (r + 4) * dout)  # an upper bound for either plan layout
     return store.memo(key, nbytes, lambda: lowrank_plan(xf, yf, wn.signs, wn.scale, be,
-                                                         bn.scale if bn else 0.0, b, dtype))
+                                                         bn.scale if bn else 0.0, b, dtype),
+                      first_use=ctx.repeated)
