@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .population import Population
-from .sampling import full_noise, full_rows, lowrank_b, lowrank_factors, lowrank_rows
+from .sampling import draw_many, full_noise, full_rows, lowrank_b, lowrank_factors, lowrank_rows
 
 
 @dataclass
@@ -68,6 +68,24 @@ def draw_noise(pop: Population, name: str, shape: tuple[int, ...], pairs: Tensor
         a, b = lowrank_factors(pop, name, rows, cols, pairs)
         return Noise(signs, sigma, scale, a=a, b=b)
     return Noise(signs, sigma, scale, eps=full_noise(pop, name, shape, pairs))
+
+
+def draw_lowrank_many(pop: Population, named: list[tuple[str, tuple[int, int], float, float]], pairs: Tensor,
+                      signs: Tensor) -> list[Noise]:
+    """:func:`draw_noise` of several low-rank matrices whose factors have the same length per pair
+    ((rows + cols)·r), in one pass (``sampling.draw_many``): ``named`` holds (name, shape, sigma,
+    scale) each; the factors are views of one buffer, with the values single draws give."""
+    r = pop.rank
+    dims = [matrix_dims(name, shape) for name, shape, _, _ in named]
+    n = (dims[0][0] + dims[0][1]) * r
+    if any((rows + cols) * r != n for rows, cols in dims):
+        raise ValueError(f"draw_lowrank_many needs factors of one length per pair, got shapes {dims}")
+    z = draw_many(pop, [name for name, _, _, _ in named], pairs, n)
+    out = []
+    for j, ((rows, cols), (_, _, sigma, scale)) in enumerate(zip(dims, named)):
+        out.append(Noise(signs, sigma, scale, a=z[j, :, cols * r:].view(-1, rows, r),
+                         b=z[j, :, :cols * r].view(-1, cols, r)))
+    return out
 
 
 def draw_rows(pop: Population, name: str, shape: tuple[int, ...], pairs: Tensor, signs: Tensor, rows: Tensor,

@@ -110,6 +110,30 @@ def draw(pop: Population, name: str, pairs: Tensor, index: Tensor | int, dtype=t
     return _cast(out, pop.distribution, dtype)
 
 
+def batches(pop: Population, device) -> bool:
+    """Whether :func:`draw_many` can draw several parameters in one pass on ``device``: the
+    compiled CPU loop (a fused GPU draw is already one launch per parameter)."""
+    return sampler(torch.device(device)) == "native" and pop.distribution in GAUSSIAN_LIKE
+
+
+def draw_many(pop: Population, names: list[str], pairs: Tensor, n: int) -> Tensor:
+    """Elements 0..n−1 of every pair's draw of each of ``names``: (len(names), K, n).
+
+    Row (j, k) is exactly ``draw(pop, names[j], pairs, n)[k]`` -- an element depends only on
+    its pair key and index -- drawn as one hash pass and one erfinv over all of them: a
+    small model's step draws dozens of small matrices, and per-parameter calls cost more
+    than their values (a 4M Llama, 28 matrices: measured ~225 µs each, mostly dispatch).
+    Needs :func:`batches`.
+    """
+    if not batches(pop, pairs.device):
+        raise RuntimeError("draw_many needs the compiled CPU sampler and a Gaussian-like distribution")
+    keys = [param_epoch_key(pop, name) for name in names]
+    pk = torch.cat([native.pair_keys(key, mix_int(key), pairs) for key in keys])
+    out = torch.empty(len(names) * pk.shape[0] // len(names), n, dtype=torch.float32)
+    finish_gaussian_(native.centred_uniform_(pk, None, out, False), pop.distribution)
+    return out.view(len(names), -1, n)
+
+
 def _flat_index(k: int, index: Tensor | int, per_pair: bool) -> tuple[tuple[int, ...], Tensor | None]:
     """(output shape, contiguous int32 index as (n,) or (K, n)) of a draw; None for elements 0..n−1."""
     if isinstance(index, int):

@@ -26,10 +26,10 @@ import torch
 from torch import Tensor
 
 from . import fused
-from .draw import Noise, draw_noise, draw_rows, noise_nbytes, noise_scales, select_rows
+from .draw import Noise, draw_lowrank_many, draw_noise, draw_rows, noise_nbytes, noise_scales, select_rows
 from .keys import mix_int
 from .population import Population
-from .sampling import FUSED_SAMPLERS, active_static_keys, param_epoch_key, sampler, static_keys
+from .sampling import FUSED_SAMPLERS, active_static_keys, batches, param_epoch_key, sampler, static_keys
 from .spec import ESMode, ParamSpec
 
 
@@ -43,6 +43,7 @@ class NoiseStore:
         self.pop = pop
         self.specs = {n: s for n, s in specs.items() if s.mode != ESMode.EXCLUDED}
         self.lowrank = frozenset(n for n in lowrank if n in self.specs)
+        self.lowrank_order = [n for n in self.specs if n in self.lowrank]  # a fixed order for batched draws
         self.devices = dict(devices)
         self.budget_bytes = float(budget_bytes)
         extra = sigma_scales or {}
@@ -114,14 +115,44 @@ class NoiseStore:
         return self.draw(name, *self.members(lo, hi, self.devices[name]))
 
     def cached(self, name: str) -> Noise | None:
-        """The whole-step draw of ``name``, made on first use, or None if it does not fit the budget."""
+        """The whole-step draw of ``name``, made on first use, or None if it does not fit the budget.
+
+        Where the sampler batches (:func:`sampling.batches`), the first use of a low-rank matrix
+        draws every not yet drawn low-rank matrix of the same factor length on its device with it
+        (:meth:`_siblings`), in one pass: the values are those of single draws, only sooner."""
         if name not in self._draws:
             nbytes = noise_nbytes(self.specs[name].shape, self.pop, name in self.lowrank)
             if self.bytes_used + nbytes > self.budget_bytes:
                 return None
-            self._draws[name] = self._draw_members(name, 0, self.pop.size)
-            self.bytes_used += nbytes
+            group = self._siblings(name)
+            if len(group) > 1:
+                named = [(n, self.specs[n].shape, *self._scales[n]) for n in group]
+                drawn = draw_lowrank_many(self.pop, named, *self.members(0, self.pop.size, self.devices[name]))
+                for n, noise in zip(group, drawn):
+                    self._draws[n] = noise
+                    self.bytes_used += nbytes
+            else:
+                self._draws[name] = self._draw_members(name, 0, self.pop.size)
+                self.bytes_used += nbytes
         return self._draws[name]
+
+    def _siblings(self, name: str) -> list[str]:
+        """``name`` and the low-rank matrices a whole-step draw of it brings along: not yet drawn,
+        on its device, with factors of its length (so, of its byte size), while the budget holds."""
+        device = self.devices[name]
+        if name not in self.lowrank or not batches(self.pop, device):
+            return [name]
+        length = sum(self.specs[name].shape)
+        nbytes = noise_nbytes(self.specs[name].shape, self.pop, True)
+        room = int((self.budget_bytes - self.bytes_used) // nbytes) if nbytes else 0
+        group = [name]
+        for n in self.lowrank_order:
+            if len(group) >= room:
+                break
+            if n != name and n not in self._draws and self.devices[n] == device \
+                    and sum(self.specs[n].shape) == length:
+                group.append(n)
+        return group
 
     def noise(self, name: str, lo: int = 0, hi: int | None = None) -> Noise:
         """Noise of members [lo, hi) (whole pairs): a slice of the whole-step draw, or drawn alone."""
