@@ -58,7 +58,8 @@ QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, E
 UNTUNED = "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)"
 METHODS = ("es", "grpo")
 TASK = "arithmetic"
-TASK_OPTIONS = {"min_steps": 1, "max_steps": 1, "max_number": 9}  # one step, small numbers: a tiny model learns it
+# one step, operands up to 5: the warm start reaches 37-50% held-out accuracy in 6 minutes (up to 9: 5%)
+TASK_OPTIONS = {"min_steps": 1, "max_steps": 1, "max_number": 5}
 WARM_SIZE = {"hidden": 64, "layers": 2, "heads": 4}  # learns the one-step setting fastest per CPU minute here
 COLUMNS = ["method", "seed", "acc_before", "acc_after", "formatted_after", "reward_after", "steps", "train_s",
            "gen_per_s"]
@@ -79,7 +80,7 @@ def configs(quick: bool) -> dict:
     if quick:
         return dict(seeds=(100,), budget=3.0, prompts=2, generations=4, population=8, max_new_tokens=8,
                     eval_prompts=4, **task)
-    return dict(seeds=(100, 101, 102), budget=150.0, prompts=4, generations=8, population=32, max_new_tokens=48,
+    return dict(seeds=(100, 101, 102), budget=240.0, prompts=4, generations=8, population=32, max_new_tokens=48,
                 eval_prompts=64, **task)
 
 

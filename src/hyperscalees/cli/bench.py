@@ -87,7 +87,7 @@ def register(subparsers) -> None:
     p.add_argument("--envs", nargs="+", default=None, choices=RL_ENVS, metavar="ENV",
                    help=f"rl only: {' | '.join(RL_ENVS)} (default: both; with --quick: CartPole-v1)")
     p.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
-                   help="rl, llm: wall-clock budget of every run, ES and PPO/GRPO alike (default: 300; --quick: 60)")
+                   help="rl, llm: wall-clock budget of every run, ES and PPO/GRPO alike (default: rl 300, llm 240; --quick: rl 60, llm 3)")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
                    help="rl, llm: draw eval return (rl) or train reward (llm) vs wall clock of every method and seed "
                         "to this PNG; mup-transfer: loss vs lr/sigma per width (needs matplotlib)")
