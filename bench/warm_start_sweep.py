@@ -47,10 +47,14 @@ def main() -> None:
     p.add_argument("--rl-seed", type=int, default=100,
                    help="also score the train problems of this seed (what ES and GRPO train on): a start "
                         "near 100%% there leaves them no reward signal, whatever the held-out accuracy")
+    p.add_argument("--rl-task-options", default="", metavar="JSON",
+                   help="the task options RL trains with, when the warm start's differ (e.g. a warm start on "
+                        "'train_size': 64 problems, RL on all of them); default: --task-options")
     a = p.parse_args()
     torch.set_num_threads(1)
     task = LLM_TASKS[a.task](seed=0, options=json.loads(a.task_options))
-    rl_task = LLM_TASKS[a.task](seed=a.rl_seed, options=json.loads(a.task_options))  # the prompts RL trains on
+    rl_options = json.loads(a.rl_task_options or a.task_options)
+    rl_task = LLM_TASKS[a.task](seed=a.rl_seed, options=rl_options)  # the prompts RL trains on
     model, tok = char_llama(hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
     sampling = llm.Sampling(max_new_tokens=a.max_new_tokens, stop=("</answer>",))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)

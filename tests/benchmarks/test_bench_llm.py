@@ -119,3 +119,35 @@ def test_bench_llm_quick_runs_both_methods_end_to_end(tmp_path, capsys):
         assert run["status"] == "ok" and run["steps"] >= 1 and run["curve"], run
         assert (tmp_path / "runs" / f"{m}_seed100.json").exists()
     assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_warm_start_options_change_the_warm_starts_problems_only(tmp_path, monkeypatch):
+    """``{"train_size": 3}``: the warm start sees 3 distinct problems (ES and GRPO keep the task's own)."""
+    from hyperscalees.benchmarks import llm as bench_llm
+    from hyperscalees.llm import warm
+    seen = []
+
+    def fake_supervise(model, tok, pairs, seconds, lr, log):
+        for step in range(6):
+            seen.extend(p for p, _ in pairs(step))
+        return {"steps": 6, "seconds": 0.0, "loss": 1.0}
+
+    monkeypatch.setattr(warm, "supervise", fake_supervise)
+    c = dict(bench_llm.configs(quick=True), eval_prompts=1, max_new_tokens=2)
+    info = bench_llm.warm_start(tmp_path / "warm", 1 / 60, c, log=lambda *_: None, options={"train_size": 3},
+                                size={"hidden": 16, "layers": 1, "heads": 2}, batch=4)
+    assert len(seen) == 24 and len(set(seen)) == 3
+    assert info["task_options"] == {**c["task_options"], "train_size": 3} and "train_size" not in c["task_options"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(warm_start_options='{"train_size": 64}'), "needs --warm-start-minutes"),
+    (dict(warm_start_minutes=1.0, warm_start_options="[1]"), "must be a JSON object"),
+    (dict(warm_start_minutes=1.0, warm_start_options="{oops"), "must be a JSON object"),
+    (dict(warm_start_minutes=1.0, warm_start_options='{"train_size": 0}'), "train_size"),
+])
+def test_bad_warm_start_options_are_refused_before_anything_runs(kwargs, message):
+    from hyperscalees.benchmarks import llm as bench_llm
+    from hyperscalees.benchmarks.base import BenchSetupError
+    with pytest.raises(BenchSetupError, match=message):
+        bench_llm.run(methods=("es",), log=lambda *_: None, **kwargs)

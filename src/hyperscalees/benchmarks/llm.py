@@ -32,9 +32,12 @@ reward per step against training wall clock; ``--runs-dir DIR`` keeps every run'
 ``--warm-start-minutes M`` first builds a small Llama from a config (hidden 64, 2 layers, a
 character vocabulary; ``llm.warm``), trains it by backprop on the task's reference solutions
 for M minutes, saves it (under ``--runs-dir``, or a temporary folder) and uses it as the model:
-demonstration 1 of the LLM guide. ``--quick`` builds a tiny model and runs a few seconds.
+demonstration 1 of the LLM guide. ``--warm-start-options JSON`` changes the task's options for the
+warm start alone (``{"train_size": 64}``: 64 distinct problems, so ES and GRPO then train on
+problems it has not memorised). ``--quick`` builds a tiny model and runs a few seconds.
 
-    hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M) [--seeds S ...]
+    hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M [--warm-start-options JSON])
+                           [--seeds S ...]
                            [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
                            [--tune [--tuning-seeds S ...]]
 """
@@ -200,17 +203,22 @@ def before_accuracy(model: str, c: dict) -> dict:
 
 
 def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | None = None, batch: int = 16,
-               lr: float = 3e-3, seed: int = 0) -> dict:
+               lr: float = 3e-3, seed: int = 0, options: dict | None = None) -> dict:
     """Build a small Llama (``llm.warm.char_llama``), train it by backprop on the task's reference
     solutions (train split) for ``minutes``, save it to ``folder``; returns what it did and its
-    held-out metrics before and after."""
+    held-out metrics before and after.
+
+    ``options`` override the task's options for the warm start only: ``{"train_size": 64}`` trains
+    on 64 distinct problems, so the problems ES and GRPO then train on are not all memorised (on
+    the whole training split the warm start answers ~97% of them and leaves RL no signal)."""
     import torch
     from .. import llm
     from ..llm.warm import char_llama, supervise
     from ..tasks.llm import LLM_TASKS
     from ..tasks.llm.evaluate import held_out
     size = size or WARM_SIZE
-    task = LLM_TASKS[c["task"]](seed=seed, options=c["task_options"])
+    task_options = {**c["task_options"], **(options or {})}
+    task = LLM_TASKS[c["task"]](seed=seed, options=task_options)
     model, tok = char_llama(seed=seed, **size)
     sampling = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",))
     before = held_out(task, model, tok, sampling, c["eval_prompts"])
@@ -220,7 +228,8 @@ def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | No
     after = held_out(task, model, tok, sampling, c["eval_prompts"])
     llm.save_pretrained(model, tok, folder, overwrite=True)
     return {"folder": str(folder), "size": size, "params": sum(p.numel() for p in model.parameters()),
-            "batch": batch, "lr": lr, "minutes": minutes, **trained, "before": before, "after": after}
+            "batch": batch, "lr": lr, "minutes": minutes, "task_options": task_options, **trained,
+            "before": before, "after": after}
 
 
 # -- summaries and the report -------------------------------------------------------------
@@ -315,6 +324,17 @@ def _quick_model(folder: Path) -> str:
     return str(llm.save_pretrained(model, tok, folder, overwrite=True))
 
 
+def _json_object(text) -> dict:
+    """A dict from JSON text (or a dict), refused with the bad text otherwise."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else text
+    except json.JSONDecodeError as e:
+        raise BenchSetupError(f"options must be a JSON object, got {text!r} ({e.msg})") from None
+    if not isinstance(value, dict):
+        raise BenchSetupError(f"options must be a JSON object, got {text!r}")
+    return dict(value)
+
+
 def with_task(c: dict, task: str | None, task_options) -> dict:
     """``c`` with another task (its own default options unless given) or options (JSON text or a
     dict), checked by building the task."""
@@ -332,10 +352,15 @@ def with_task(c: dict, task: str | None, task_options) -> dict:
 
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
-        tuning_seeds=None, task=None, task_options=None) -> Report:
+        tuning_seeds=None, task=None, task_options=None, warm_start_options=None) -> Report:
     if device != "cpu":
         raise BenchSetupError("bench llm measures on the CPU only for now")
     c = with_task(configs(quick), task, task_options)
+    if warm_start_options is not None:
+        if not warm_start_minutes:
+            raise BenchSetupError("--warm-start-options needs --warm-start-minutes")
+        warm_start_options = with_task(c, None, {**c["task_options"], **_json_object(warm_start_options)})[
+            "task_options"]
     seeds, budget = tuple(seeds or c["seeds"]), float(budget or c["budget"])
     methods = tuple(methods or METHODS)
     if tuning_seeds is not None and not tune:
@@ -353,7 +378,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         if warm_start_minutes:
             folder = Path(runs_dir or tmp) / "warm_start_model"
             log(f"bench llm: warm start, {warm_start_minutes:g} min of supervised training -> {folder}")
-            warm = warm_start(folder, warm_start_minutes, c, log=log)
+            warm = warm_start(folder, warm_start_minutes, c, log=log, options=warm_start_options)
             log(f"  warm start: {warm['steps']} steps, held-out accuracy {warm['before']['accuracy']:.3f} -> "
                 f"{warm['after']['accuracy']:.3f}")
             model = str(folder)

@@ -44,7 +44,7 @@ OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds"
              "plot": frozenset({"rl", "llm", "mup-transfer"}),
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
              "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
-             "task": frozenset({"llm"}), "task_options": frozenset({"llm"})}
+             "task": frozenset({"llm"}), "task_options": frozenset({"llm"}), "warm_start_options": frozenset({"llm"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
@@ -96,6 +96,9 @@ def register(subparsers) -> None:
     p.add_argument("--warm-start-minutes", type=_positive_float, default=None, metavar="M",
                    help="llm only: build a small Llama, train it by backprop on the task's solutions for M minutes, "
                         "and fine-tune that (demonstration 1)")
+    p.add_argument("--warm-start-options", default=None, metavar="JSON",
+                   help="llm only: task options for the warm start alone, over --task-options, e.g. "
+                        "'{\"train_size\": 64}' (a warm start on 64 problems; ES and GRPO train on them all)")
     p.add_argument("--task", default=None, metavar="NAME",
                    help="llm only: the task both methods train on (default: the demonstration's, see the guide)")
     p.add_argument("--task-options", default=None, metavar="JSON",
