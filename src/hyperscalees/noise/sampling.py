@@ -129,7 +129,7 @@ def draw_many(pop: Population, names: list[str], pairs: Tensor, n: int) -> Tenso
         raise RuntimeError("draw_many needs the compiled CPU sampler and a Gaussian-like distribution")
     keys = [param_epoch_key(pop, name) for name in names]
     pk = torch.cat([native.pair_keys(key, mix_int(key), pairs) for key in keys])
-    out = torch.empty(len(names) * pk.shape[0] // len(names), n, dtype=torch.float32)
+    out = torch.empty(pk.shape[0], n, dtype=torch.float32)  # (len(names)·K, n)
     finish_gaussian_(native.centred_uniform_(pk, None, out, False), pop.distribution)
     return out.view(len(names), -1, n)
 

@@ -124,15 +124,14 @@ class NoiseStore:
             nbytes = noise_nbytes(self.specs[name].shape, self.pop, name in self.lowrank)
             if self.bytes_used + nbytes > self.budget_bytes:
                 return None
-            group = self._siblings(name)
+            group = self._siblings(name)  # its members all have name's byte size
             if len(group) > 1:
                 named = [(n, self.specs[n].shape, *self._scales[n]) for n in group]
                 drawn = draw_lowrank_many(self.pop, named, *self.members(0, self.pop.size, self.devices[name]))
-                for n, noise in zip(group, drawn):
-                    self._draws[n] = noise
-                    self.bytes_used += nbytes
             else:
-                self._draws[name] = self._draw_members(name, 0, self.pop.size)
+                drawn = [self._draw_members(name, 0, self.pop.size)]
+            for n, noise in zip(group, drawn):
+                self._draws[n] = noise
                 self.bytes_used += nbytes
         return self._draws[name]
 
@@ -144,7 +143,7 @@ class NoiseStore:
             return [name]
         length = sum(self.specs[name].shape)
         nbytes = noise_nbytes(self.specs[name].shape, self.pop, True)
-        room = int((self.budget_bytes - self.bytes_used) // nbytes) if nbytes else 0
+        room = int((self.budget_bytes - self.bytes_used) // nbytes)
         group = [name]
         for n in self.lowrank_order:
             if len(group) >= room:
