@@ -42,7 +42,6 @@ def test_ties_go_to_the_earlier_setting_and_a_failed_seed_disqualifies_it():
 
 def test_both_methods_get_the_same_tuning_budget():
     llm_tuning.check_grids(llm_tuning.GRIDS)
-    assert llm_tuning.ES_GRID[0] == {"lr": 1e-3, "sigma": 1e-3, "population": 32}   # the defaults come first
     with pytest.raises(ValueError, match="same size"):
         llm_tuning.check_grids({"es": GRIDS["es"], "grpo": GRIDS["grpo"][:2]})
     with pytest.raises(ValueError, match="tuning seed"):
@@ -76,14 +75,17 @@ def test_bench_llm_tune_reports_seeds_with_the_chosen_settings(fake_runs, capsys
     assert main(["bench", "llm", "--model", "m", "--tune", "--tuning-seeds", "7", "--seeds", "100", "101",
                  "--budget", "5", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    chosen = {"es": llm_tuning.ES_GRID[1], "grpo": llm_tuning.GRPO_GRID[0]}   # lr 1e-2; TRL's 1e-6
+    # the fakes score ES by its largest lr, GRPO by its smallest learning rate
+    chosen = {"es": max(llm_tuning.ES_GRID, key=lambda s: s["lr"]),
+              "grpo": min(llm_tuning.GRPO_GRID, key=lambda s: s["learning_rate"])}
     tuning = rep["tuning"]
     assert tuning["seeds"] == [7] and "seed 999983" in tuning["validation"]
     assert {m: t["chosen"] for m, t in tuning["methods"].items()} == chosen
     assert [c["settings"] for c in tuning["methods"]["es"]["grid"]] == list(llm_tuning.ES_GRID)
     assert "chosen by mean validation accuracy" in rep["tuned"]
     tuned_calls = [c for c in fake_runs if c[3]]
-    assert len(tuned_calls) == 6 and {c[1] for c in tuned_calls} == {7}      # 3 settings x 1 seed per method
+    assert len(tuned_calls) == len(llm_tuning.ES_GRID) + len(llm_tuning.GRPO_GRID)   # every setting, 1 seed
+    assert {c[1] for c in tuned_calls} == {7}
     reported = [c for c in fake_runs if not c[3]]
     assert sorted((m, s) for m, s, _, _ in reported) == [("es", 100), ("es", 101), ("grpo", 100), ("grpo", 101)]
     assert all(t == chosen[m] for m, _, t, _ in reported)
@@ -109,3 +111,30 @@ def test_the_task_and_its_options_are_flags(fake_runs, capsys):
     assert main(["bench", "llm", "--model", "m", "--task", "countdown", "--task-options", '{"max_numbers": 1}']) == 1
     assert "min_numbers <= max_numbers" in capsys.readouterr().err
     assert main(["bench", "rl", "--task", "countdown"]) == 2   # llm only
+
+
+@pytest.mark.parametrize("method", ["es", "grpo"])
+def test_every_grid_setting_becomes_a_command_line_its_runner_accepts(method, tmp_path):
+    """Each setting reaches its runner: the ES one parsed by train llm's parser, GRPO's by grpo_run's."""
+    from hyperscalees.benchmarks import grpo_run
+    from hyperscalees.cli.main import build_parser, parse
+    c = bench_llm.configs(quick=False)
+    for settings in llm_tuning.GRIDS[method]:
+        if method == "es":
+            argv = bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", c, settings)
+            a = vars(parse(build_parser(), argv[3:]))
+            got = {k: a[f"es.{k}"] for k in ("lr", "sigma", "population", "optimizer")}
+            got["prompts"], got["seed"] = a["options.prompts"], a["es.seed"]
+        else:
+            a = grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, c, 1, settings)[3:])
+            got = {"learning_rate": a.learning_rate, "generations": a.generations, "prompts": a.prompts,
+                   "seed": a.seed}
+        assert {k: got[k] for k in settings} == settings
+        assert got["prompts"] == settings.get("prompts", c["prompts"]) and got["seed"] == 5
+
+
+def test_a_runs_generation_count_uses_its_own_population_and_prompts():
+    argv = bench_llm.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True),
+                                   {"lr": 1e-3, "optimizer": "sgd", "prompts": 16})
+    assert argv[argv.index("--prompts") + 1] == "16" and argv[argv.index("--optimizer") + 1] == "sgd"
+    assert "--sigma" not in argv   # what a setting leaves out stays train llm's default

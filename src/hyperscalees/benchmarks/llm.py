@@ -61,8 +61,9 @@ QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, E
 UNTUNED = "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)"
 METHODS = ("es", "grpo")
 TASK = "arithmetic"
-# one step, operands up to 5: the warm start reaches 37-50% held-out accuracy in 6 minutes (up to 9: 5%)
-TASK_OPTIONS = {"min_steps": 1, "max_steps": 1, "max_number": 5}
+# two steps, operands up to 5: thousands of distinct problems, so a 9-minute warm start reaches ~40% held-out
+# accuracy without memorising the training problems (one step: ~100 problems, memorised; operands up to 9: 5%)
+TASK_OPTIONS = {"min_steps": 2, "max_steps": 2, "max_number": 5}
 WARM_SIZE = {"hidden": 64, "layers": 2, "heads": 4}  # learns the one-step setting fastest per CPU minute here
 COLUMNS = ["method", "seed", "acc_before", "acc_after", "formatted_after", "reward_after", "steps", "train_s",
            "gen_per_s"]
@@ -84,7 +85,7 @@ def configs(quick: bool) -> dict:
         return dict(seeds=(100,), budget=3.0, prompts=2, generations=4, population=8, max_new_tokens=8,
                     eval_prompts=4, **task)
     return dict(seeds=(100, 101, 102), budget=240.0, prompts=4, generations=8, population=32, max_new_tokens=48,
-                eval_prompts=64, **task)
+                eval_prompts=128, **task)
 
 
 def _env(threads: int) -> dict:
@@ -118,15 +119,18 @@ def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, st
 
 
 def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, tuned: dict | None = None) -> list[str]:
-    """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population
-    (``llm_tuning.ES_GRID``); the population defaults to the benchmark's, lr and sigma to train llm's."""
+    """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population and
+    optionally optimizer and prompts (``llm_tuning.ES_GRID``); population and prompts default to the
+    benchmark's, lr, sigma and optimizer to train llm's."""
     tuned = tuned or {}
     argv = [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", c["task"],
-            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed), "--prompts", str(c["prompts"]),
+            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
+            "--prompts", str(tuned.get("prompts", c["prompts"])),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
             "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
             "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
-    return argv + [a for k in ("lr", "sigma") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
+    argv += [a for k in ("lr", "sigma") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
+    return argv + (["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else [])
 
 
 def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
@@ -147,14 +151,15 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
             val = llm_tuning.validation_accuracy(summary["paths"]["export"], c) if validate else None
     if not ok:
         return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
-    population = int(tuned.get("population", c["population"])) if tuned else c["population"]
+    tuned = tuned or {}
+    population, prompts = int(tuned.get("population", c["population"])), int(tuned.get("prompts", c["prompts"]))
     steps, train_s = int(rows[-1]["step"]), float(rows[-1]["time"])
-    generations = steps * population * c["prompts"]
+    generations = steps * population * prompts
     rec = {"method": "es", "seed": seed, "status": "ok", "after": after, "steps": steps,
            "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
            "generations_per_s": generations / train_s if train_s > 0 else None,
            "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
-           "settings": {"population": population, "prompts": c["prompts"], **(tuned or {}),
+           "settings": {**tuned, "population": population, "prompts": prompts,
                         "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
                         "budget_s": budget, "threads": threads}}
     return {**rec, "validation": val} if validate else rec
@@ -162,10 +167,12 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
 
 def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
                     tuned: dict | None = None) -> list[str]:
-    """The GRPO command line (``benchmarks/grpo_run.py``); ``tuned``: learning_rate, generations."""
+    """The GRPO command line (``benchmarks/grpo_run.py``); ``tuned``: learning_rate, generations and
+    optionally prompts (``llm_tuning.GRPO_GRID``)."""
     tuned = tuned or {}
     argv = [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", c["task"],
-            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed), "--prompts", str(c["prompts"]),
+            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
+            "--prompts", str(tuned.get("prompts", c["prompts"])),
             "--generations", str(tuned.get("generations", c["generations"])),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
             "--budget", f"{budget:g}", "--threads", str(threads)]
