@@ -291,9 +291,10 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
                   "acc_before is the starting model's",
                   f"every run: {budget:g} s of training wall clock, OMP_NUM_THREADS={threads}, one run at a time; "
                   "evaluation outside the clock",
-                  f"steps: ES steps (population {c['population']} x {c['prompts']} prompts) or GRPO steps "
-                  f"({c['prompts']} prompts x {c['generations']} completions); gen_per_s: completions per "
-                  "training second",
+                  "steps: ES steps (population x prompts) or GRPO steps (prompts x completions), "
+                  + ("each method's chosen setting (tuning)" if tuning else
+                     f"ES {c['population']} x {c['prompts']}, GRPO {c['prompts']} x {c['generations']}")
+                  + "; gen_per_s: completions per training second",
                   "ES's clock includes loading the model and building the strategy; GRPO's starts at on_train_begin"]
     rep.notes += [f"{r['method']} seed {r['seed']}: {r['status']}" for rs in runs.values() for r in rs
                   if r["status"] != "ok"]
