@@ -133,7 +133,7 @@ def test_every_grid_setting_becomes_a_command_line_its_runner_accepts(method, tm
         assert got["prompts"] == settings.get("prompts", c["prompts"]) and got["seed"] == 5
 
 
-def test_a_runs_generation_count_uses_its_own_population_and_prompts():
+def test_a_settings_optimizer_and_prompts_reach_train_llm_and_what_it_leaves_out_stays_default():
     argv = bench_llm.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True),
                                    {"lr": 1e-3, "optimizer": "sgd", "prompts": 16})
     assert argv[argv.index("--prompts") + 1] == "16" and argv[argv.index("--optimizer") + 1] == "sgd"
