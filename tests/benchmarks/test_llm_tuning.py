@@ -79,7 +79,7 @@ def test_bench_llm_tune_reports_seeds_with_the_chosen_settings(fake_runs, capsys
     chosen = {"es": max(llm_tuning.ES_GRID, key=lambda s: s["lr"]),
               "grpo": min(llm_tuning.GRPO_GRID, key=lambda s: s["learning_rate"])}
     tuning = rep["tuning"]
-    assert tuning["seeds"] == [7] and "seed 999983" in tuning["validation"]
+    assert tuning["seeds"] == [7] and "validation split" in tuning["validation"]
     assert {m: t["chosen"] for m, t in tuning["methods"].items()} == chosen
     assert [c["settings"] for c in tuning["methods"]["es"]["grid"]] == list(llm_tuning.ES_GRID)
     assert "chosen by mean validation accuracy" in rep["tuned"]

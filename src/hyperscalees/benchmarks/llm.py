@@ -21,7 +21,7 @@ outside the clock. By default neither side is tuned: both run their library defa
 ``--tune`` (``llm_tuning``), each method first trains every setting of its grid (ES: lr, sigma,
 population; GRPO: learning rate, generations; the same number of settings) on ``--tuning-seeds``
 (default 0) for the same budget, and the reported seeds run the setting with the best mean
-validation accuracy (train problems of a set-aside seed, never test problems); the grid, every
+validation accuracy (the task's validation split: neither training nor test problems); the grid, every
 score and the choice go into the JSON (``tuning``).
 
 Reported per method and seed: held-out accuracy before and after, formatted share, steps,

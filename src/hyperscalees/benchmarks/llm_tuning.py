@@ -9,9 +9,10 @@ The protocol, the same for ES and GRPO:
   wall-clock budget as a reported run, so both methods get the same tuning budget: grid size x
   tuning seeds x budget seconds;
 - a setting's score is its mean **validation** accuracy over the tuning seeds: greedy answers to
-  the first V problems of the train split of the task built with :data:`VALIDATION_SEED`. Problems
-  are assigned to a split by content, so none of them is a test problem (the reported accuracy is
-  on the test split, never looked at while tuning);
+  the first V problems of the task's validation split. Problems are assigned to a split by
+  content, so no validation problem is a training problem (neither the warm start nor the run has
+  seen one: the score rewards what generalises, not what was memorised) or a test problem (the
+  reported accuracy is on the test split, never looked at while tuning);
 - the best mean wins; ties (and settings whose runs failed, scored as missing) go to the earlier
   entry.
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import statistics
 from typing import Callable
 
-VALIDATION_SEED = 999_983  # the task seed whose train split holds the validation problems
 TUNING_SEEDS = (0,)
 # Each grid: the four best of six settings per side explored on seed 0 (never a reported seed; saved in
 # bench/results/cpu/llm_demo1_explore_2026-11-27.txt), best first. train llm's defaults (sigma 1e-3) left 79% of
@@ -41,8 +41,8 @@ GRPO_GRID = ({"learning_rate": 1e-4, "generations": 16},
 GRIDS = {"es": ES_GRID, "grpo": GRPO_GRID}
 PROTOCOL = ("each method's grid (same size) trained on tuning seeds {seeds} for {budget:g} s per setting and seed, "
             "chosen by mean validation accuracy: {chosen}")
-VALIDATION = (f"the first {{count}} train problems of the task built with seed {VALIDATION_SEED}, greedy; "
-              "disjoint from the test problems by content")
+VALIDATION = ("the first {count} problems of the task's validation split, greedy; disjoint from the training "
+              "and test problems by content")
 
 
 def check_grids(grids: dict[str, tuple[dict, ...]]) -> None:
@@ -78,17 +78,17 @@ def tune(grids: dict[str, tuple[dict, ...]], seeds, train: Callable[[str, int, d
 
 
 def validation_accuracy(model: str, c: dict) -> dict:
-    """A model folder's metrics on the validation problems (the first E train problems of the task
-    built with :data:`VALIDATION_SEED`; never test problems): what ``--tune`` chooses by."""
+    """A model folder's metrics on the first E problems of the task's validation split (never a
+    training or test problem): what ``--tune`` chooses by."""
     import torch
     from .. import llm
     from ..tasks.llm import LLM_TASKS
     from ..tasks.llm.evaluate import held_out
     torch.manual_seed(0)
     m, tok = llm.load_causal_lm(model)
-    task = LLM_TASKS[c["task"]](seed=VALIDATION_SEED, options=c["task_options"])
+    task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])  # the validation split is the same for every seed
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
-                    c["eval_prompts"], split="train")
+                    c["eval_prompts"], split="validation")
 
 
 def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,

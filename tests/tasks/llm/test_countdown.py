@@ -1,5 +1,5 @@
 """Countdown: every verifier rule with its expected verdict, adversarial input in bounded time,
-seeded problems (deterministic, solvable, held-out split disjoint from training), the reward."""
+seeded problems (deterministic, solvable, validation and test splits disjoint from training), the reward."""
 from __future__ import annotations
 
 import pickle
@@ -139,9 +139,11 @@ def test_held_out_problems_never_appear_in_training():
     key = lambda p: (tuple(sorted(p.numbers)), p.answer)  # noqa: E731
     options = {"max_numbers": 3, "max_value": 12, "min_target": 10, "max_target": 60}  # a small problem space
     test = {key(p) for p in CountdownTask(options=options).problems("test", 0, 60)}
+    validation = {key(p) for p in CountdownTask(options=options).problems("validation", 0, 60)}
+    assert len(validation) > 40 and not validation & test
     for seed in range(3):
         train = {key(p) for p in CountdownTask(seed=seed, options=options).problems("train", 0, 300)}
-        assert len(train) > 200 and not train & test
+        assert len(train) > 200 and not train & test and not train & validation
 
 
 @pytest.mark.parametrize("options", [{}, {"min_numbers": 2, "max_numbers": 2, "max_value": 10, "min_target": 1},
@@ -180,7 +182,7 @@ def test_options_are_checked():
         CountdownTask(options={"max_numbers": 2, "min_numbers": 2, "max_value": 3, "min_target": 500,
                                "max_target": 900}).problem("train", 0)
     with pytest.raises(ValueError, match="unknown split"):
-        CountdownTask().problem("validation", 0)
+        CountdownTask().problem("dev", 0)
 
 
 # -- the reward --------------------------------------------------------------------------------

@@ -72,10 +72,15 @@ def test_arithmetic_held_out_is_disjoint_from_training():
     def story(p):  # the numbers and operations, names and objects aside
         return tuple(w for w in p.prompt.split() if w[0].isdigit() or w in ("buys", "gives", "doubles", "triples",
                                                                              "splits", "bags"))
-    test = {story(p) for p in ArithmeticTask().problems("test", 0, 100)}
+    small = {"min_steps": 2, "max_steps": 2, "max_number": 5}  # few distinct stories: overlaps would show
+    test = {story(p) for p in ArithmeticTask(options=small).problems("test", 0, 200)}
+    validation = {story(p) for p in ArithmeticTask(options=small).problems("validation", 0, 200)}
+    assert len(test) > 50 and len(validation) > 50 and not test & validation
     for seed in range(2):
-        train = {story(p) for p in ArithmeticTask(seed=seed).problems("train", 0, 400)}
-        assert not train & test
+        train = {story(p) for p in ArithmeticTask(seed=seed, options=small).problems("train", 0, 1000)}
+        assert len(train) > 300 and not train & test and not train & validation
+    # validation, like test, is the same for every seed
+    assert ArithmeticTask(seed=3).problems("validation", 0, 5) == ArithmeticTask(seed=4).problems("validation", 0, 5)
 
 
 def test_arithmetic_options():
@@ -152,6 +157,13 @@ def test_gsm8k_bad_files_name_the_file_and_line(tmp_path, rows, match):
     bad = write(tmp_path / "bad.jsonl", rows)
     with pytest.raises(DataError, match=match):
         Gsm8kTask(options={"train": bad})
+
+
+def test_gsm8k_validation_split_is_an_optional_file(tmp_path):
+    rows = write(tmp_path / "val.jsonl", [{"question": "V?", "answer": "#### 3"}])
+    assert Gsm8kTask(options={"validation": rows}).problem("validation", 0).answer == "3"
+    with pytest.raises(ValueError, match="gsm8k has no validation split: give its JSONL file as the task option"):
+        Gsm8kTask().problem("validation", 0)
 
 
 def test_gsm8k_missing_file(tmp_path):

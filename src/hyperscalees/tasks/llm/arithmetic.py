@@ -9,8 +9,9 @@ answer is one exactly. The problem's ``solution`` works the steps ("7 + 3 = 10. 
 
 The verdict is numeric (``numeric.check_numeric``): the last number in the last answer tag,
 else the last number in the completion, compared exactly with the answer. Reward: 1.0
-correct, 0.1 for a wrong number inside an answer tag, 0.0 otherwise. The held-out split is
-disjoint from the training split by content (names and objects aside; see ``base.split_of``).
+correct, 0.1 for a wrong number inside an answer tag, 0.0 otherwise. The validation and test
+splits are disjoint from the training split and each other by content (names and objects aside;
+see ``base.split_of``).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class ArithmeticOptions:
     max_steps: int = option(4, "most steps after the starting count")
     max_number: int = option(20, "largest operand in a step or starting count (>= 2)")
     train_size: int = option(10_000, "distinct training problems (indices wrap)")
-    test_size: int = option(1_000, "distinct held-out problems (indices wrap)")
+    test_size: int = option(1_000, "distinct problems in the test split, and in the validation split (indices wrap)")
     template: str = option("{question}\n", "prompt template with one {question}, e.g. a chat wrapper")
 
     def __post_init__(self):
@@ -87,11 +88,11 @@ class ArithmeticTask(VerifiableTask):
     Options = ArithmeticOptions
 
     def size(self, split: str) -> int:
-        return self.options.train_size if split == "train" else self.options.test_size
+        return self.options.train_size if split == "train" else self.options.test_size  # test and validation
 
     def _make(self, split: str, index: int) -> Problem:
         o = self.options
-        rng = random.Random(f"arithmetic/{self.seed}/train/{index}" if split == "train" else f"arithmetic/test/{index}")
+        rng = random.Random(f"arithmetic/{self.seed}/train/{index}" if split == "train" else f"arithmetic/{split}/{index}")
         for _ in range(10_000):
             name, thing = rng.choice(NAMES), rng.choice(THINGS)
             x = rng.randint(2, o.max_number)

@@ -1,10 +1,14 @@
 """What an LLM task with a verifiable reward is: indexed problems in two splits, a prompt, a check.
 
-A task holds two splits, ``"train"`` and ``"test"`` (the held-out one). Problem ``i`` of a split
-is a pure function of (task options, seed, split, i): any process that builds the same task asks
-for the same problems, so a recipe can rebuild it on a Ray worker and a resumed run reads what
-an uninterrupted one would. The seed picks the training problems only: the held-out split is
-the same for every seed, so held-out accuracies of runs with different seeds compare. Indices
+A task holds three splits: ``"train"``, ``"validation"`` (for choosing settings) and ``"test"``
+(the held-out one, reported). Problem ``i`` of a split is a pure function of (task options, seed,
+split, i): any process that builds the same task asks for the same problems, so a recipe can
+rebuild it on a Ray worker and a resumed run reads what an uninterrupted one would. The seed picks
+the training problems only: the validation and test splits are the same for every seed, so
+accuracies of runs with different seeds compare. Generated tasks assign a problem to a split by
+its content (:func:`split_of`), so a model trained on any number of training problems has never
+seen a validation or test problem: tuning on validation accuracy rewards what generalises, not
+what was memorised. Indices
 wrap at the split's size (``size(split)``), so a run can cycle through a finite training set as
 the reference does.
 
@@ -12,7 +16,7 @@ the reference does.
 prompt up among the problems this task object has handed out (``problems`` / ``prompts``), so
 give the model the prompt exactly as the task wrote it; a chat wrapper belongs in the task's
 ``template`` option, not around the prompt afterwards. An unknown prompt is a KeyError. The
-lookup table (at most ``size("train") + size("test")`` problems) travels with a pickled task,
+lookup table (at most the sum of the splits' sizes) travels with a pickled task,
 so a reward built from a list of prompts also scores on a Ray worker.
 
 Every task scores a completion the same way (:class:`Score`): 1.0 if its answer is correct,
@@ -27,7 +31,7 @@ from typing import ClassVar, Sequence
 
 from ..base import make_options
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "validation", "test")
 CORRECT_REWARD = 1.0
 FORMAT_REWARD = 0.1
 NUMBER_INSTRUCTION = "Give the final answer as a number inside <answer></answer>."
@@ -70,12 +74,12 @@ def answer_tag(completion: str) -> str | None:
 
 
 def split_of(key: str, holdout: int = 8) -> str:
-    """The split a problem belongs to, from its content alone: ``"test"`` for one key in
-    ``holdout`` (by a stable hash), ``"train"`` otherwise. Generators draw candidates until
-    one lands in the asked split, so no training problem ever equals a held-out one, whatever
-    the seeds, indices or difficulty settings."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return "test" if int.from_bytes(digest, "big") % holdout == 0 else "train"
+    """The split a problem belongs to, from its content alone: by a stable hash, ``"test"`` for
+    one key in ``holdout``, ``"validation"`` for another one in ``holdout``, ``"train"`` for the
+    rest. Generators draw candidates until one lands in the asked split, so no training problem
+    ever equals a validation or test one, whatever the seeds, indices or difficulty settings."""
+    bucket = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") % holdout
+    return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
 
 
 def check_template(template: str) -> None:
@@ -127,7 +131,7 @@ class VerifiableTask:
 
     # -- shared ----------------------------------------------------------------------
     def problem(self, split: str, index: int) -> Problem:
-        """Problem ``index`` of ``split`` (``"train"`` or ``"test"``); indices wrap at ``size(split)``."""
+        """Problem ``index`` of ``split`` (one of :data:`SPLITS`); indices wrap at ``size(split)``."""
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {list(SPLITS)}")
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:

@@ -31,8 +31,8 @@ grammar above (numbers, value and length limits aside: right format, wrong answe
 ``min_value..max_value``; the target is the value of a random expression over all of them
 (``use_all``) or over a random subset of at least two, where every intermediate value is a
 positive integer; it lies in ``min_target..max_target`` and is none of the numbers. That
-expression is the problem's ``solution``, so every problem is solvable (tested). The held-out
-split is disjoint from the training split by content (see ``base.split_of``).
+expression is the problem's ``solution``, so every problem is solvable (tested). The validation
+and test splits are disjoint from the training split and each other by content (see ``base.split_of``).
 """
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ class CountdownOptions:
     use_all: bool = option(True, "build the target from every number (else from a random subset of at least two); "
                                  "answers may use any subset either way")
     train_size: int = option(10_000, "distinct training problems (indices wrap)")
-    test_size: int = option(1_000, "distinct held-out problems (indices wrap)")
+    test_size: int = option(1_000, "distinct problems in the test split, and in the validation split (indices wrap)")
     template: str = option(DEFAULT_TEMPLATE, "prompt template with one {question}, e.g. a chat wrapper")
 
     def __post_init__(self):
@@ -265,11 +265,11 @@ class CountdownTask(VerifiableTask):
     MAX_TRIES = 20_000
 
     def size(self, split: str) -> int:
-        return self.options.train_size if split == "train" else self.options.test_size
+        return self.options.train_size if split == "train" else self.options.test_size  # test and validation
 
     def _make(self, split: str, index: int) -> Problem:
         o = self.options
-        rng = random.Random(f"countdown/{self.seed}/train/{index}" if split == "train" else f"countdown/test/{index}")
+        rng = random.Random(f"countdown/{self.seed}/train/{index}" if split == "train" else f"countdown/{split}/{index}")
         for _ in range(self.MAX_TRIES):
             n = rng.randint(o.min_numbers, o.max_numbers)
             numbers = [rng.randint(o.min_value, o.max_value) for _ in range(n)]

@@ -25,7 +25,7 @@ def held_out(task, model, tokenizer, sampling=None, count: int = 32, samples: li
              chunk: int | None = None, check: Callable[[], None] | None = None,
              split: str = "test") -> dict[str, float]:
     """``{"accuracy", "formatted", "reward"}``: means over the first ``count`` held-out problems
-    (of ``split``: ``bench llm --tune`` validates on the train problems of a seed set aside for it).
+    (of ``split``: ``bench llm --tune`` chooses settings on the ``"validation"`` split).
 
     ``samples``, when given a list, receives one record per problem (``prompt``, ``completion``,
     ``reward``, ``correct``), in order, once every chunk is done; ``check`` may raise between

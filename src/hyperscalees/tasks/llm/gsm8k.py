@@ -7,7 +7,8 @@
   last ``####`` is the answer; commas in it are thousands separators), or a bare number
   (``42``, ``-3``, ``2.5``, ``"1,234"``). Other keys are ignored.
 
-The training split reads ``train`` and the held-out split ``test``: two files whose
+The training split reads ``train``, the held-out split ``test`` and, if given, the validation
+split ``validation`` (for choosing settings; without it the task has none): files whose
 disjointness is theirs to keep. By default both are the small sample shipped with the package
 (``data/gsm8k_sample_*.jsonl``: 12 + 6 made-up problems, for tests and demonstrations; the real
 GSM8K is ``openai/gsm8k``'s ``main`` split saved as JSONL, which already has this format).
@@ -46,10 +47,11 @@ class Gsm8kOptions:
     train: str = option("", "training JSONL file ({question, answer} per line); empty: the shipped sample",
                         metavar="PATH")
     test: str = option("", "held-out JSONL file; empty: the shipped sample", metavar="PATH")
+    validation: str = option("", "validation JSONL file, for tuning; empty: no validation split", metavar="PATH")
     template: str = option("{question}\n", "prompt template with one {question}, e.g. a chat wrapper")
 
     def __post_init__(self):
-        for name in ("train", "test"):
+        for name in ("train", "test", "validation"):
             if not isinstance(getattr(self, name), (str, Path)):
                 raise ValueError(f"{name} must be a path, got {getattr(self, name)!r}")
         check_template(self.template)
@@ -110,11 +112,15 @@ class Gsm8kTask(VerifiableTask):
         super().__init__(seed, options)
         self.files = {s: Path(getattr(self.options, s)) if getattr(self.options, s) else SAMPLE[s]
                       for s in ("train", "test")}
+        if self.options.validation:
+            self.files["validation"] = Path(self.options.validation)
         self.rows = {s: load_jsonl(f) for s, f in self.files.items()}
         self.order = list(range(len(self.rows["train"])))
         random.Random(f"gsm8k/{seed}").shuffle(self.order)
 
     def size(self, split: str) -> int:
+        if split not in self.rows:
+            raise ValueError(f"gsm8k has no {split} split: give its JSONL file as the task option {split!r}")
         return len(self.rows[split])
 
     def _make(self, split: str, index: int) -> Problem:
