@@ -151,3 +151,21 @@ def test_bad_warm_start_options_are_refused_before_anything_runs(kwargs, message
     from hyperscalees.benchmarks.base import BenchSetupError
     with pytest.raises(BenchSetupError, match=message):
         bench_llm.run(methods=("es",), log=lambda *_: None, **kwargs)
+
+
+def test_running_mean_averages_the_last_window_values():
+    from hyperscalees.benchmarks.llm import running_mean
+    assert running_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert running_mean([2.0, 4.0], 10) == [2.0, 3.0]  # fewer values than the window: the mean so far
+    assert running_mean([], 3) == []
+    with pytest.raises(ValueError, match="window must be a whole number >= 1, got 0"):
+        running_mean([1.0], 0)
+
+
+def test_plot_draws_curves_and_held_out_accuracy(tmp_path):
+    pytest.importorskip("matplotlib")
+    from hyperscalees.benchmarks.llm import plot_curves
+    runs = {m: [{"curve": [[t, (t % 3) / 2] for t in range(1, 40)], "after": {"accuracy": a}}, {"curve": [],
+                 "after": None}] for m, a in (("es", 0.3), ("grpo", 0.4))}  # a failed run has neither
+    note = plot_curves(runs, tmp_path / "p.png", "t", before=0.35)
+    assert note.startswith(f"plot: {tmp_path / 'p.png'}") and (tmp_path / "p.png").stat().st_size > 0

@@ -305,26 +305,52 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
 LABELS = {"es": ("ES: EGGROLL (train llm)", "C0"), "grpo": ("GRPO (TRL)", "C1")}
 
 
-def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> str:
-    """Mean train reward per step against training wall clock, every seed of both methods."""
+SMOOTH_STEPS = 20  # the running mean drawn over each seed's raw per-step reward (4 prompts a step is noisy)
+
+
+def running_mean(values: list[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values (fewer at the start) at every position: a trend that
+    a per-step reward over a handful of prompts hides."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a whole number >= 1, got {window!r}")
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "", before: float | None = None) -> str:
+    """Left: train reward per step against training wall clock, every seed of both methods (raw,
+    faint; a running mean of :data:`SMOOTH_STEPS` steps, bold). Right: each seed's held-out
+    accuracy after training, against the starting model's (``before``, dashed)."""
     try:
         plt = pyplot()
     except ImportError as e:
         return f"no plot: {e}"
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for m, rs in runs.items():
+    fig, (ax, acc) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 1]})
+    for k, (m, rs) in enumerate(runs.items()):
         label, color = LABELS.get(m, (m, None))
-        for i, r in enumerate(x for x in rs if x["curve"]):
-            c = r["curve"]
-            ax.plot([p[0] for p in c], [p[1] for p in c], color=color, alpha=0.6, lw=1,
+        for i, r in enumerate(x for x in rs if x.get("curve")):
+            t, reward = [p[0] for p in r["curve"]], [p[1] for p in r["curve"]]
+            ax.plot(t, reward, color=color, alpha=0.15, lw=0.8)
+            ax.plot(t, running_mean(reward, SMOOTH_STEPS), color=color, lw=1.8,
                     label=f"{label} ({len(rs)} seeds)" if i == 0 else None)
-    ax.set(xlabel="training wall clock (s)", ylabel="mean train reward per step",
-           title=title)
-    ax.grid(alpha=0.3)
+        after = [r["after"]["accuracy"] for r in rs if r.get("after")]
+        acc.scatter([k] * len(after), after, color=color, zorder=3)
+    if before is not None:
+        acc.axhline(before, color="gray", ls="--", lw=1, label="start")
+        acc.legend(fontsize=8)
+    acc.set(xticks=range(len(runs)), xticklabels=list(runs), xlim=(-0.6, len(runs) - 0.4),
+            ylabel="held-out accuracy after", title="each seed")
+    ax.set(xlabel="training wall clock (s)", ylabel="mean train reward per step", title=title)
+    for a in (ax, acc):
+        a.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = save_figure(fig, path)
-    return f"plot: {path} (one line per seed; reward 1 correct, 0.1 well formed, 0 otherwise)"
+    return (f"plot: {path} (one line per seed, a {SMOOTH_STEPS}-step running mean over the raw reward; "
+            "reward 1 correct, 0.1 well formed, 0 otherwise; right: held-out accuracy after, per seed)")
 
 
 def _quick_model(folder: Path) -> str:
@@ -419,7 +445,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
                 a = rec.get("after")
                 log(f"    {rec['status']}; accuracy {before['accuracy']:.3f} -> "
                     + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
-    notes = [plot_curves(runs, plot, f"{c['task']} {json.dumps(c['task_options'])}")] if plot else []
+    notes = ([plot_curves(runs, plot, f"{c['task']} {json.dumps(c['task_options'])}", before["accuracy"])]
+             if plot else [])
     if runs_dir is not None:
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
     return build_report(model, before, runs, budget, threads, c, notes, warm,
