@@ -1,4 +1,4 @@
-"""What an LLM task with a verifiable reward is: indexed problems in two splits, a prompt, a check.
+"""What an LLM task with a verifiable reward is: indexed problems in three splits, a prompt, a check.
 
 A task holds three splits: ``"train"``, ``"validation"`` (for choosing settings) and ``"test"``
 (the held-out one, reported). Problem ``i`` of a split is a pure function of (task options, seed,
@@ -8,9 +8,8 @@ the training problems only: the validation and test splits are the same for ever
 accuracies of runs with different seeds compare. Generated tasks assign a problem to a split by
 its content (:func:`split_of`), so a model trained on any number of training problems has never
 seen a validation or test problem: tuning on validation accuracy rewards what generalises, not
-what was memorised. Indices
-wrap at the split's size (``size(split)``), so a run can cycle through a finite training set as
-the reference does.
+what was memorised. Indices wrap at the split's size (``size(split)``), so a run can cycle
+through a finite training set as the reference does.
 
 ``reward(prompt, completion) -> float`` is the ``reward`` of ``llm.RewardFitness``. It looks the
 prompt up among the problems this task object has handed out (``problems`` / ``prompts``), so
