@@ -32,11 +32,11 @@ def variety(tmp_path_factory):
     return f"{path}:variety"
 
 
-def config(folder, out, steps=3, resume=None, reward="", **engine):
+def config(folder, out, steps=3, resume=None, reward="", options=(), **engine):
     return make_config("llm", es={"population": 8, "sigma": 0.05, "lr": 0.01},
                        engine={"steps": steps, "out": None if resume else str(out), "resume": resume,
                                "eval_every": 2, "json": True, "chunk": 4, **engine},
-                       options={"model": folder, "reward": reward, **ARITH})
+                       options={"model": folder, "reward": reward, **ARITH, **dict(options)})
 
 
 def test_train_llm_scores_held_out_problems_exports_and_resumes_exactly(folder, variety, tmp_path, no_plot):
@@ -115,3 +115,25 @@ def test_a_stop_request_during_held_out_evaluation_ends_it_within_one_chunk(fold
     assert chunks == [2]  # stopped before the second chunk
     assert evals.cut == (2, "SIGINT") and evals.step == 1 and evals.metrics == metrics
     assert task.samples() == kept and task.stop_check is None  # the cut pass changed nothing the task keeps
+
+
+def test_members_sampling_at_a_temperature_resume_exactly_and_differ_from_greedy(folder, variety, tmp_path, no_plot):
+    from transformers import AutoModelForCausalLM
+
+    def weights(summary):
+        return AutoModelForCausalLM.from_pretrained(summary["paths"]["export"], local_files_only=True).state_dict()
+
+    def hot(out, steps, resume=None):
+        return run(config(folder, out, steps=steps, resume=resume, reward=variety, options={"temperature": 1.5}))
+
+    full = weights(hot(tmp_path / "full", 3))
+    hot(tmp_path / "part", 1)
+    resumed = weights(hot(None, 3, resume=str(tmp_path / "part")))
+    assert all(torch.equal(full[k], resumed[k]) for k in full)  # the sampled draws are resumed too
+    greedy = weights(run(config(folder, tmp_path / "greedy", steps=3, reward=variety)))
+    assert any(not torch.equal(full[k], greedy[k]) for k in full)  # sampling changed what members wrote
+
+
+def test_the_temperature_must_be_a_non_negative_number(folder, capsys):
+    assert main(["train", "llm", "--model", folder, "--temperature", "-1", "--steps", "1"]) == 2
+    assert "temperature must be >= 0 (0: greedy), got -1.0" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .generate import Sampling, _chunk_seed, complete
+from .generate import Sampling, complete, draw_seed
 
 Reward = Callable[[str, str], float]
 
@@ -40,7 +40,7 @@ class RewardFitness:
     def __call__(self, model: nn.Module, lo: int, hi: int, step: int) -> Tensor:
         prompts = self.prompts_at(step)
         texts, _, _ = complete(model, self.tokenizer, prompts, self.sampling, repeats=hi - lo,
-                               seed=_chunk_seed(self.sampling.seed, step, lo))
+                               seed=draw_seed(self.sampling, self.sampling.seed, step, lo), first_member=lo)
         self.last_texts = texts
         rows = [prompts[r % len(prompts)] for r in range(len(texts))]
         batch = getattr(self.reward, "batch", None)  # e.g. SafeReward: one message to its worker

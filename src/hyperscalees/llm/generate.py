@@ -7,7 +7,9 @@ No Python loop over members; chunks only bound memory (``chunk`` members per cal
 
 Greedy by default: exploration comes from the parameter noise, so a member is a deterministic
 policy and twins differ only by their sign. Sampling (``Sampling(do_sample=True)``) draws from a
-generator seeded by (seed, step, chunk), reproducible for a given chunking.
+generator seeded by (seed, step, chunk), reproducible for a given chunking; with
+``common_noise=True`` twins sample with the same random numbers (``common_noise.py``: Gumbel-max
+on counter-based noise), the same for any chunking.
 
 A completion ends at the tokenizer's end-of-sequence token, after ``max_new_tokens``, or just
 after the first stop string (kept in the text, so a reward can check the format).
@@ -20,11 +22,15 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.evaluate import check_chunk
+from .common_noise import CommonNoiseSampler, sampling_key
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """How members decode: greedy unless ``do_sample``; ``stop`` strings end a completion."""
+    """How members decode: greedy unless ``do_sample``; ``stop`` strings end a completion.
+
+    ``common_noise``: members 2k and 2k+1 (antithetic twins) sample with the same random numbers,
+    so their answers differ only through their weights (temperature only: no top-k / top-p)."""
     max_new_tokens: int = 64
     do_sample: bool = False
     temperature: float = 1.0
@@ -32,6 +38,7 @@ class Sampling:
     top_p: float | None = None
     stop: tuple[str, ...] = ()
     seed: int = 0
+    common_noise: bool = False
 
     def __post_init__(self):
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -42,6 +49,16 @@ class Sampling:
             object.__setattr__(self, "stop", (self.stop,))
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop strings must be non-empty strings, got {self.stop!r}")
+        if self.common_noise and not self.do_sample:
+            raise ValueError("common_noise applies to sampling: set do_sample=True (greedy draws no noise)")
+        if self.common_noise and (self.top_k or self.top_p is not None):
+            raise ValueError(f"common_noise samples at a temperature only, got top_k={self.top_k!r}, "
+                             f"top_p={self.top_p!r}")
+
+    @property
+    def paired(self) -> bool:
+        """Whether twins share their sampling noise (then the noise is keyed by step, not chunk)."""
+        return self.do_sample and self.common_noise
 
 
 @dataclass
@@ -89,12 +106,17 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def _decode_rows(model: nn.Module, tokenizer, ids: Tensor, mask: Tensor, sampling: Sampling,
-                 seed: int) -> Tensor:
+                 seed: int, first_member: int = 0, prompts: int = 1) -> Tensor:
     """New tokens (rows, T) of one batched ``generate`` (T <= max_new_tokens, pad after the end)."""
     pad = pad_token_id(tokenizer)
     kwargs = dict(max_new_tokens=sampling.max_new_tokens, do_sample=sampling.do_sample, pad_token_id=pad,
                   eos_token_id=tokenizer.eos_token_id, use_cache=True)
-    if sampling.do_sample:
+    if sampling.paired:  # greedy decoding of noised scores is the sample
+        from transformers import LogitsProcessorList
+        sampler = CommonNoiseSampler(seed, sampling.temperature, first_member, ids.shape[0] // prompts, prompts)
+        kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None,
+                      logits_processor=LogitsProcessorList([sampler]))
+    elif sampling.do_sample:
         kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
     else:  # greedy: drop sampling knobs a model's generation_config may carry (they would only warn)
         kwargs.update(temperature=None, top_k=None, top_p=None)
@@ -125,14 +147,16 @@ def _finish(tokenizer, new: Tensor, sampling: Sampling) -> tuple[list[str], Tens
 
 
 def complete(model: nn.Module, tokenizer, prompts: list[str], sampling: Sampling = Sampling(),
-             repeats: int = 1, seed: int | None = None) -> tuple[list[str], Tensor, Tensor]:
+             repeats: int = 1, seed: int | None = None, first_member: int = 0) -> tuple[list[str], Tensor, Tensor]:
     """Plain batched generation of ``prompts`` repeated ``repeats`` times member-major:
     (texts, new tokens (repeats·P, T) padded, lengths). Under ``es.perturbed`` the repeats are
-    the members of the chunk; outside it, ``repeats=1`` is the unperturbed model."""
+    the members of the chunk (``first_member`` the first: twins share noise under
+    ``common_noise``, whose key ``seed`` is); outside it, ``repeats=1`` is the unperturbed model."""
     ids, mask = encode_prompts(tokenizer, prompts, _device(model))
     if repeats > 1:
         ids, mask = ids.repeat(repeats, 1), mask.repeat(repeats, 1)
-    new = _decode_rows(model, tokenizer, ids, mask, sampling, sampling.seed if seed is None else seed)
+    new = _decode_rows(model, tokenizer, ids, mask, sampling, sampling.seed if seed is None else seed,
+                       first_member=first_member, prompts=len(prompts))
     texts, lengths = _finish(tokenizer, new, sampling)
     pad = pad_token_id(tokenizer)
     for r, n in enumerate(lengths.tolist()):  # tokens after a completion's end read as padding
@@ -155,7 +179,7 @@ def generate(es, tokenizer, prompts: list[str], sampling: Sampling = Sampling(),
         b = min(hi, a + chunk)
         with es.perturbed((a, b), repeated=True):  # one forward per token: plans from the first
             t, new, n = complete(es.model, tokenizer, prompts, sampling, repeats=b - a,
-                                 seed=_chunk_seed(sampling.seed, es.step, a))
+                                 seed=draw_seed(sampling, sampling.seed, es.step, a), first_member=a)
         texts += t
         tokens.append(new.cpu())
         lengths.append(n)
@@ -168,6 +192,10 @@ def generate(es, tokenizer, prompts: list[str], sampling: Sampling = Sampling(),
                        pad_id=pad, members=(lo, hi))
 
 
-def _chunk_seed(seed: int, step: int, lo: int) -> int:
-    """The sampling seed of the chunk starting at member ``lo`` of step ``step`` (greedy ignores it)."""
+def draw_seed(sampling: Sampling, seed: int, step: int, lo: int) -> int:
+    """The sampling seed of the chunk starting at member ``lo`` of step ``step`` (greedy ignores it).
+
+    Under ``common_noise`` it is the step's key alone: the noise is chosen per pair, not per chunk."""
+    if sampling.paired:
+        return sampling_key(seed, step)
     return (seed * 1_000_003 + step * 10_007 + lo) % (1 << 63)

@@ -14,7 +14,9 @@ Dimensions: N members in the chunk, P prompts per step, T new tokens at most.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ... import llm
+from ...llm.generate import draw_seed
 from ..base import AbstractTask, option
 from . import LLM_TASKS, SafeReward
 from .evaluate import held_out
@@ -43,6 +46,8 @@ class LLMOptions:
     prompts: int = option(4, "training prompts per step; every member answers all of them")
     max_new_tokens: int = option(64, "new tokens per answer at most")
     stop: str = option("</answer>", "an answer ends just after this string ('' for none)")
+    temperature: float = option(0.0, "members sample their answers at this temperature, antithetic twins with the "
+                                     "same random numbers (0: greedy, the default; held-out answers stay greedy)")
     eval_prompts: int = option(32, "held-out problems each evaluation answers (greedy, unperturbed model)")
     dtype: str = option("float32", "weights' dtype; bf16/fp16 are stepped through fp32 masters",
                         choices=("float32", "bfloat16", "float16"))
@@ -54,6 +59,8 @@ class LLMOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature!r}")
         if not self.reward_timeout > 0:
             raise ValueError(f"reward_timeout must be > 0 seconds, got {self.reward_timeout!r}")
         try:
@@ -82,6 +89,9 @@ class LLMTask(AbstractTask):
         self.problems = LLM_TASKS[o.task](seed=self.seed, options=json.loads(o.task_options))
         self.reward_fn = (SafeReward(o.reward, timeout=o.reward_timeout) if o.reward else self.problems.reward)
         self.sampling = llm.Sampling(max_new_tokens=o.max_new_tokens, stop=(o.stop,) if o.stop else ())
+        # members sample (twins with common noise) when a temperature is given; evaluation stays greedy
+        self.member_sampling = (dataclasses.replace(self.sampling, do_sample=True, temperature=o.temperature,
+                                                    common_noise=True) if o.temperature > 0 else self.sampling)
         self.tokenizer = None
         self._tokens, self._since = 0, time.perf_counter()
         self._samples: list[dict] = []
@@ -116,8 +126,8 @@ class LLMTask(AbstractTask):
 
     def fitness(self, model: nn.Module, lo: int, hi: int, step: int = 0) -> Tensor:
         prompts = self.step_prompts(step)
-        texts, _, lengths = llm.complete(model, self.tokenizer, prompts, self.sampling, repeats=hi - lo,
-                                         seed=(self.seed * 1_000_003 + step * 10_007 + lo) % (1 << 63))
+        texts, _, lengths = llm.complete(model, self.tokenizer, prompts, self.member_sampling, repeats=hi - lo,
+                                         seed=draw_seed(self.member_sampling, self.seed, step, lo), first_member=lo)
         self._tokens += int(lengths.sum())
         return torch.tensor(self.score(prompts, texts), dtype=torch.float32).view(hi - lo, len(prompts))
 
