@@ -134,7 +134,11 @@ def test_every_grid_setting_becomes_a_command_line_its_runner_accepts(method, tm
 
 
 def test_a_settings_optimizer_and_prompts_reach_train_llm_and_what_it_leaves_out_stays_default():
+    from hyperscalees.cli.main import build_parser, parse
     argv = bench_llm.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True),
-                                   {"lr": 1e-3, "optimizer": "sgd", "prompts": 16})
+                                   {"lr": 1e-3, "optimizer": "sgd", "prompts": 16, "temperature": 0.5})
     assert argv[argv.index("--prompts") + 1] == "16" and argv[argv.index("--optimizer") + 1] == "sgd"
+    assert vars(parse(build_parser(), argv[3:]))["options.temperature"] == 0.5  # members sample
     assert "--sigma" not in argv   # what a setting leaves out stays train llm's default
+    plain = bench_llm.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True), {"lr": 1e-3})
+    assert "--temperature" not in plain  # greedy unless a setting says otherwise

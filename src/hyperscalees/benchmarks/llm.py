@@ -122,8 +122,8 @@ def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, st
 
 def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, tuned: dict | None = None) -> list[str]:
     """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population and
-    optionally optimizer and prompts (``llm_tuning.ES_GRID``); population and prompts default to the
-    benchmark's, lr, sigma and optimizer to train llm's."""
+    optionally optimizer, prompts and temperature (``llm_tuning.ES_GRID``); population and prompts
+    default to the benchmark's, lr, sigma, optimizer and temperature (greedy) to train llm's."""
     tuned = tuned or {}
     argv = [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", c["task"],
             "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
@@ -131,7 +131,7 @@ def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, 
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
             "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
             "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
-    argv += [a for k in ("lr", "sigma") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
+    argv += [a for k in ("lr", "sigma", "temperature") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
     return argv + (["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else [])
 
 

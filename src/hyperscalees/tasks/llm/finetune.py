@@ -2,7 +2,9 @@
 
 A step hands every member the same P training prompts (problems ``step·P ... step·P + P - 1``
 of the task's train split, so any worker and any resume asks for the same ones); the members
-answer in one batched ``generate`` per chunk (``hyperscalees.llm``), the task's verifier (or a
+answer in one batched ``generate`` per chunk (``hyperscalees.llm``): greedily, or with
+``--temperature`` sampling in which antithetic twins share their random numbers
+(``llm/common_noise.py``); the task's verifier (or a
 user's ``--reward file.py:function``) scores every answer, and the (members, P) scores are
 normalised per prompt across members, then averaged per member (``group_fitness=per_group``:
 the reference's semantics). Evaluation answers held-out problems greedily with the unperturbed
