@@ -26,7 +26,8 @@ def test_quick_reports_population_vs_plain_and_the_update(tmp_path, monkeypatch,
         assert r["pop_over_plain"] == pytest.approx(r["pop_tok_s"] / r["plain_tok_s"])
         assert r["tell_over_adam"] == pytest.approx(r["tell_ms"] / r["adam_ms"])
         assert 0 < r["tell_share"] < 1 and r["evolved"] > 0
-    for key in ("pop_over_plain_min", "tell_over_adam_max", "tell_share_max", "targets", "meets_targets",
+        assert r["sampled_cost"] > 0  # sampled answers timed against greedy ones, side by side
+    for key in ("pop_over_plain_min", "tell_over_adam_max", "tell_share_max", "sampled_cost_max", "targets", "meets_targets",
                 "environment", "configurations"):
         assert key in d
     assert any("smollm2" in n for n in d["notes"])  # quick mode says it left SmolLM2 out

