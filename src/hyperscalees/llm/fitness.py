@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .generate import Sampling, complete, draw_seed
+from .generate import Sampling, complete_chunk
 
 Reward = Callable[[str, str], float]
 
@@ -39,8 +39,7 @@ class RewardFitness:
 
     def __call__(self, model: nn.Module, lo: int, hi: int, step: int) -> Tensor:
         prompts = self.prompts_at(step)
-        texts, _, _ = complete(model, self.tokenizer, prompts, self.sampling, repeats=hi - lo,
-                               seed=draw_seed(self.sampling, self.sampling.seed, step, lo), first_member=lo)
+        texts, _, _ = complete_chunk(model, self.tokenizer, prompts, self.sampling, (lo, hi), step)
         self.last_texts = texts
         rows = [prompts[r % len(prompts)] for r in range(len(texts))]
         batch = getattr(self.reward, "batch", None)  # e.g. SafeReward: one message to its worker

@@ -178,8 +178,7 @@ def generate(es, tokenizer, prompts: list[str], sampling: Sampling = Sampling(),
     for a in range(lo, hi, chunk):
         b = min(hi, a + chunk)
         with es.perturbed((a, b), repeated=True):  # one forward per token: plans from the first
-            t, new, n = complete(es.model, tokenizer, prompts, sampling, repeats=b - a,
-                                 seed=draw_seed(sampling, sampling.seed, es.step, a), first_member=a)
+            t, new, n = complete_chunk(es.model, tokenizer, prompts, sampling, (a, b), es.step)
         texts += t
         tokens.append(new.cpu())
         lengths.append(n)
@@ -190,6 +189,15 @@ def generate(es, tokenizer, prompts: list[str], sampling: Sampling = Sampling(),
     return Generations(texts=[texts[i * p:(i + 1) * p] for i in range(hi - lo)],
                        tokens=tokens.view(hi - lo, p, width), lengths=torch.cat(lengths).view(hi - lo, p),
                        pad_id=pad, members=(lo, hi))
+
+
+def complete_chunk(model: nn.Module, tokenizer, prompts: list[str], sampling: Sampling, members: tuple[int, int],
+                   step: int, seed: int | None = None) -> tuple[list[str], Tensor, Tensor]:
+    """:func:`complete` for members [lo, hi) of step ``step``, inside ``es.perturbed((lo, hi))``: the
+    one place a chunk's sampling draws are keyed (``seed``: default ``sampling.seed``)."""
+    lo, hi = members
+    key = draw_seed(sampling, sampling.seed if seed is None else seed, step, lo)
+    return complete(model, tokenizer, prompts, sampling, repeats=hi - lo, seed=key, first_member=lo)
 
 
 def draw_seed(sampling: Sampling, seed: int, step: int, lo: int) -> int:

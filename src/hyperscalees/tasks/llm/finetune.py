@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ... import llm
-from ...llm.generate import draw_seed
+from ...llm.generate import complete_chunk
 from ..base import AbstractTask, option
 from . import LLM_TASKS, SafeReward
 from .evaluate import held_out
@@ -128,8 +128,8 @@ class LLMTask(AbstractTask):
 
     def fitness(self, model: nn.Module, lo: int, hi: int, step: int = 0) -> Tensor:
         prompts = self.step_prompts(step)
-        texts, _, lengths = llm.complete(model, self.tokenizer, prompts, self.member_sampling, repeats=hi - lo,
-                                         seed=draw_seed(self.member_sampling, self.seed, step, lo), first_member=lo)
+        texts, _, lengths = complete_chunk(model, self.tokenizer, prompts, self.member_sampling, (lo, hi), step,
+                                           seed=self.seed)
         self._tokens += int(lengths.sum())
         return torch.tensor(self.score(prompts, texts), dtype=torch.float32).view(hi - lo, len(prompts))
 
