@@ -142,3 +142,54 @@ def test_a_settings_optimizer_and_prompts_reach_train_llm_and_what_it_leaves_out
     assert "--sigma" not in argv   # what a setting leaves out stays train llm's default
     plain = bench_llm.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True), {"lr": 1e-3})
     assert "--temperature" not in plain  # greedy unless a setting says otherwise
+
+
+@pytest.fixture
+def paired_runs(fake_runs, monkeypatch):
+    """The fake runs, each waiting at a two-party barrier: run one after the other they would time out,
+    so a passing run proves each ES run had a GRPO run beside it (and the reverse)."""
+    import threading
+    barrier = threading.Barrier(2, timeout=10)
+    for name in ("run_es", "run_grpo"):
+        inner = getattr(bench_llm, name)
+
+        def waiting(*a, inner=inner, **k):
+            barrier.wait()
+            return inner(*a, **k)
+        monkeypatch.setattr(bench_llm, name, waiting)
+    monkeypatch.setattr(bench_llm.os, "cpu_count", lambda: 2)
+    return fake_runs
+
+
+def test_side_by_side_runs_each_pair_together_and_chooses_and_reports_as_one_at_a_time(paired_runs, capsys):
+    argv = ["bench", "llm", "--model", "m", "--tune", "--tuning-seeds", "7", "--seeds", "100", "101",
+            "--budget", "5", "--json"]
+    assert main(argv + ["--side-by-side"]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rep["side_by_side"] is True
+    assert any("side by side (started together, one per core)" in n for n in rep["notes"])
+    assert all(r["side_by_side"] for rs in rep["runs"].values() for r in rs)
+    chosen = {m: t["chosen"] for m, t in rep["tuning"]["methods"].items()}
+    tuned = [c for c in paired_runs if c[3]]
+    # every grid setting ran once on the tuning seed, ES's i-th beside GRPO's i-th
+    assert sorted(map(str, tuned)) == sorted(map(str, [(m, 7, dict(st), True) for m in ("es", "grpo")
+                                                       for st in llm_tuning.GRIDS[m]]))
+    assert chosen == {"es": max(llm_tuning.ES_GRID, key=lambda s: s["lr"]),
+                      "grpo": min(llm_tuning.GRPO_GRID, key=lambda s: s["learning_rate"])}
+    assert sorted((m, s) for m, s, t, v in paired_runs if not v) == [("es", 100), ("es", 101), ("grpo", 100),
+                                                                    ("grpo", 101)]
+    assert {m: rep["acc_after_median"][m] for m in ("es", "grpo")} == {"es": 0.5, "grpo": 0.5}
+
+
+def test_side_by_side_needs_both_methods_and_a_core_per_run(fake_runs, monkeypatch, capsys):
+    with pytest.raises(BenchSetupError, match=r"needs two, got \['es'\]"):
+        bench_llm.check_side_by_side(("es",), threads=1, cpus=8)
+    with pytest.raises(BenchSetupError, match="2 runs x 2 threads = 4 CPUs, this machine has 3"):
+        bench_llm.check_side_by_side(("es", "grpo"), threads=2, cpus=3)
+    bench_llm.check_side_by_side(("es", "grpo"), threads=1, cpus=2)
+    monkeypatch.setattr(bench_llm.os, "cpu_count", lambda: 1)
+    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "--budget", "5", "--side-by-side"]) == 1
+    assert "this machine has 1" in capsys.readouterr().err
+    assert not fake_runs   # refused before any run
+    assert main(["bench", "rl", "--side-by-side"]) == 2
+    assert "--side-by-side applies to llm only" in capsys.readouterr().err

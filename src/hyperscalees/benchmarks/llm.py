@@ -1,8 +1,9 @@
 """Question: at equal wall clock, does ES (``train llm``) raise held-out accuracy more than GRPO (TRL)?
 
-For every reported seed, one run per method, one after the other (never side by side; the order
-rotates with the seed), each in its own subprocess with the same intra-op thread count
-(``OMP_NUM_THREADS``, default 1) and the same training budget in seconds:
+For every reported seed, one run per method, one after the other (the order rotates with the
+seed), or with ``--side-by-side`` both at the same time, one per core, so both meet the same
+contention and a 2-core machine takes half the wall clock; each in its own subprocess with the same
+intra-op thread count (``OMP_NUM_THREADS``, default 1) and the same training budget in seconds:
 
 - ``es``: ``hyperscalees train llm --model M --task T --seed S --time-budget B`` (EGGROLL, the
   task's defaults: population 32, sigma 1e-3, lr 1e-3, Adam, rank 1, scores normalised per
@@ -39,7 +40,7 @@ problems it has not memorised). ``--quick`` builds a tiny model and runs a few s
     hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M [--warm-start-options JSON])
                            [--seeds S ...]
                            [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
-                           [--tune [--tuning-seeds S ...]]
+                           [--tune [--tuning-seeds S ...]] [--side-by-side]
 """
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from ..engine.plotting import pyplot, save_figure
 from . import llm_tuning
@@ -133,6 +136,26 @@ def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, 
             "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
     argv += [a for k in ("lr", "sigma", "temperature") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
     return argv + (["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else [])
+
+
+def concurrently(calls: list[Callable[[], dict]]) -> list[dict]:
+    """Start every zero-argument call at once and return their results in order: a thread each, since
+    every call only waits on its own subprocess (``--side-by-side``)."""
+    if not calls:
+        return []
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return [f.result() for f in [pool.submit(call) for call in calls]]
+
+
+def check_side_by_side(methods, threads: int, cpus: int | None = None) -> None:
+    """``--side-by-side`` needs both methods, and a core for each run's threads (else they would share
+    cores, and a timing then says more about the scheduler than about the method)."""
+    cpus = cpus or os.cpu_count() or 1
+    if len(methods) < 2:
+        raise BenchSetupError(f"--side-by-side runs the methods at the same time: it needs two, got {list(methods)}")
+    if len(methods) * threads > cpus:
+        raise BenchSetupError(f"--side-by-side needs {len(methods)} runs x {threads} threads = "
+                              f"{len(methods) * threads} CPUs, this machine has {cpus}")
 
 
 def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
@@ -258,7 +281,7 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: float, threads: int, c: dict,
-                 notes=(), warm: dict | None = None, tuning: dict | None = None) -> Report:
+                 notes=(), warm: dict | None = None, tuning: dict | None = None, side_by_side: bool = False) -> Report:
     rep = Report("llm", QUESTION, COLUMNS)
     nan = lambda v: float("nan") if v is None else v
     summaries = {}
@@ -275,7 +298,7 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
                          nan(s["train_s_median"]), nan(s["gen_per_s_median"])])
     med = {m: s["acc_after_median"] for m, s in summaries.items() if s["acc_after_median"] is not None}
     rep.summary = {"model": model, "task": c["task"], "task_options": c["task_options"], "budget_s": budget,
-                   "threads": threads, "before": before, "acc_after_median": med,
+                   "threads": threads, "side_by_side": side_by_side, "before": before, "acc_after_median": med,
                    "settings": {k: c[k] for k in ("prompts", "generations", "population", "max_new_tokens",
                                                   "eval_prompts")},
                    "tuned": UNTUNED if tuning is None else llm_tuning.PROTOCOL.format(
@@ -289,8 +312,9 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
     rep.details = {"methods": summaries, "runs": runs}
     rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} test problems (same for every seed); "
                   "acc_before is the starting model's",
-                  f"every run: {budget:g} s of training wall clock, OMP_NUM_THREADS={threads}, one run at a time; "
-                  "evaluation outside the clock",
+                  f"every run: {budget:g} s of training wall clock, OMP_NUM_THREADS={threads}, "
+                  + ("a seed's ES and GRPO runs side by side (started together, one per core)" if side_by_side
+                     else "one run at a time") + "; evaluation outside the clock",
                   "steps: ES steps (population x prompts) or GRPO steps (prompts x completions), "
                   + ("each method's chosen setting (tuning)" if tuning else
                      f"ES {c['population']} x {c['prompts']}, GRPO {c['prompts']} x {c['generations']}")
@@ -388,7 +412,8 @@ def with_task(c: dict, task: str | None, task_options) -> dict:
 
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
-        tuning_seeds=None, task=None, task_options=None, warm_start_options=None) -> Report:
+        tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
+        side_by_side: bool = False) -> Report:
     if device != "cpu":
         raise BenchSetupError("bench llm measures on the CPU only for now")
     c = with_task(configs(quick), task, task_options)
@@ -405,6 +430,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
     if tune and set(seeds) & set(tuning_seeds):
         raise BenchSetupError(f"seeds {sorted(set(seeds) & set(tuning_seeds))} are tuning seeds: report seeds "
                               "the settings were not chosen on")
+    if side_by_side:
+        check_side_by_side(methods, threads)
     if "grpo" in methods:
         import importlib.util
         if importlib.util.find_spec("trl") is None:
@@ -425,29 +452,39 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         before = before_accuracy(model, c)
         log(f"bench llm: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
-        tuning = (llm_tuning.run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log)
-                  if tune else None)
+        tuning = (llm_tuning.run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log,
+                                      side_by_side=side_by_side) if tune else None)
         chosen = {m: tuning[m]["chosen"] if tuning else None for m in methods}
         runs = {m: [] for m in methods}
+
+        def one_run(m: str, seed: int) -> dict:
+            load = os.getloadavg()[0]
+            log(f"  seed {seed}: {m} (budget {budget:g} s, load {load:.2f}{', side by side' if side_by_side else ''})")
+            t = time.perf_counter()
+            return {**sides[m](model, seed, budget, threads, c, chosen[m]), "load_before": load,
+                    "wall_s": round(time.perf_counter() - t, 1), "side_by_side": side_by_side}
+
+        def keep(m: str, seed: int, rec: dict) -> None:  # saved as soon as it ends: a crash loses no finished run
+            runs[m].append(rec)
+            if runs_dir is not None:
+                path = Path(runs_dir) / f"{m}_seed{seed}.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps({"load_after": list(os.getloadavg()), **rec}) + "\n")
+            a = rec.get("after")
+            log(f"    {m} seed {seed}: {rec['status']}; accuracy {before['accuracy']:.3f} -> "
+                + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
+
         for i, seed in enumerate(seeds):
             order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
-            for m in order:
-                load = os.getloadavg()[0]
-                log(f"  seed {seed}: {m} (budget {budget:g} s, load {load:.2f})")
-                t = time.perf_counter()
-                rec = {**sides[m](model, seed, budget, threads, c, chosen[m]), "load_before": load,
-                       "wall_s": round(time.perf_counter() - t, 1)}
-                runs[m].append(rec)
-                if runs_dir is not None:
-                    path = Path(runs_dir) / f"{m}_seed{seed}.json"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(json.dumps({"load_after": list(os.getloadavg()), **rec}) + "\n")
-                a = rec.get("after")
-                log(f"    {rec['status']}; accuracy {before['accuracy']:.3f} -> "
-                    + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
+            if side_by_side:
+                for m, rec in zip(order, concurrently([lambda m=m: one_run(m, seed) for m in order])):
+                    keep(m, seed, rec)
+            else:
+                for m in order:
+                    keep(m, seed, one_run(m, seed))
     notes = ([plot_curves(runs, plot, f"{c['task']} {json.dumps(c['task_options'])}", before["accuracy"])]
              if plot else [])
     if runs_dir is not None:
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
     return build_report(model, before, runs, budget, threads, c, notes, warm,
-                        tuning and {"seeds": list(tuning_seeds), "methods": tuning})
+                        tuning and {"seeds": list(tuning_seeds), "methods": tuning}, side_by_side)

@@ -92,16 +92,31 @@ def validation_accuracy(model: str, c: dict) -> dict:
 
 
 def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,
-             log) -> dict:
+             log, side_by_side: bool = False) -> dict:
     """:func:`tune` over real runs (``sides[method]``: ``bench llm``'s run_es / run_grpo): every setting
-    trained on every tuning seed, scored by :func:`validation_accuracy`; ``quick``: two settings each."""
+    trained on every tuning seed, scored by :func:`validation_accuracy`; ``quick``: two settings each.
+    ``side_by_side``: each method's i-th setting runs beside the others' i-th on the same seed, started
+    together (``bench llm``'s ``concurrently``), before :func:`tune` reads the scores."""
+    from .llm import concurrently
     grids = {m: GRIDS[m][:2] if quick else GRIDS[m] for m in methods}
     log(f"bench llm: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
-        f"{len(seeds)} seeds x {budget:g} s")
+        f"{len(seeds)} seeds x {budget:g} s" + (", side by side" if side_by_side else ""))
 
     def validated(m, seed, settings):
         rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
         return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
-    tuning = tune(grids, seeds, validated, log=log)
+
+    scores = {}  # (method, seed, setting index) -> validation accuracy, filled side by side
+    if side_by_side:
+        for i in range(max(map(len, grids.values()))):
+            for seed in seeds:
+                cells = [(m, seed, i) for m in methods if i < len(grids[m])]
+                done = concurrently([lambda m=m: validated(m, seed, dict(grids[m][i])) for m, _, i in cells])
+                scores.update(zip(cells, done))
+
+    def train(m, seed, settings):
+        key = (m, seed, grids[m].index(settings))  # tune() passes a copy of the grid's entry
+        return scores[key] if key in scores else validated(m, seed, settings)
+    tuning = tune(grids, seeds, train, log=log)
     log(f"bench llm: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
     return tuning

@@ -16,7 +16,8 @@ against plain batched generation of the same rows, and the update against an Ada
 warm-start a small Llama first) by ES (``train llm``) and by GRPO (TRL, the ``grpo`` extra) under
 the same wall-clock budget per seed, and reports held-out accuracy before and after; it takes
 ``--seeds``, ``--budget``, ``--plot``, ``--runs-dir`` and ``--threads`` (default 1) like ``rl``,
-and ``--tune`` (with ``--tuning-seeds``) to choose both methods' settings on a grid first.
+and ``--tune`` (with ``--tuning-seeds``) to choose both methods' settings on a grid first;
+``--side-by-side`` runs ES and GRPO at the same time, one per core.
 
 The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
@@ -44,7 +45,8 @@ OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds"
              "plot": frozenset({"rl", "llm", "mup-transfer"}),
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
              "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
-             "task": frozenset({"llm"}), "task_options": frozenset({"llm"}), "warm_start_options": frozenset({"llm"})}
+             "task": frozenset({"llm"}), "task_options": frozenset({"llm"}), "warm_start_options": frozenset({"llm"}),
+             "side_by_side": frozenset({"llm"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
@@ -106,6 +108,10 @@ def register(subparsers) -> None:
     p.add_argument("--tune", action="store_true", default=None,
                    help="llm only: first train each method's grid (the same number of settings for ES and GRPO) on "
                         "--tuning-seeds and pick its settings by validation accuracy (train problems, never test ones)")
+    p.add_argument("--side-by-side", action="store_true", default=None,
+                   help="llm only: run each seed's ES and GRPO runs (and each tuning setting pair) at the same "
+                        "time, one per core: both meet the same contention, in half the wall clock; needs "
+                        "2 x --threads CPUs")
     p.set_defaults(func=run)
 
 
@@ -144,7 +150,7 @@ def run(args) -> int:
     own = {f: getattr(args, f) for f in OWN_FLAGS if getattr(args, f, None) is not None}
     stray = [f for f in own if args.name not in OWN_FLAGS[f]]
     if stray:
-        print(f"hyperscalees bench {args.name}: --{stray[0]} applies to {' | '.join(sorted(OWN_FLAGS[stray[0]]))} "
+        print(f"hyperscalees bench {args.name}: --{stray[0].replace('_', '-')} applies to {' | '.join(sorted(OWN_FLAGS[stray[0]]))} "
               "only", file=sys.stderr)
         return 2
     if args.name in CHILD_THREADS:
