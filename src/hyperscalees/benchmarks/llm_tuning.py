@@ -106,17 +106,16 @@ def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: in
         rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
         return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
 
-    scores = {}  # (method, seed, setting index) -> validation accuracy, filled side by side
-    if side_by_side:
+    train = validated
+    if side_by_side:  # every cell run first, pairs together; tune() then reads the scores
+        scores = {}  # (method, seed, setting index) -> validation accuracy
         for i in range(max(map(len, grids.values()))):
             for seed in seeds:
-                cells = [(m, seed, i) for m in methods if i < len(grids[m])]
-                done = concurrently([lambda m=m: validated(m, seed, dict(grids[m][i])) for m, _, i in cells])
-                scores.update(zip(cells, done))
-
-    def train(m, seed, settings):
-        key = (m, seed, grids[m].index(settings))  # tune() passes a copy of the grid's entry
-        return scores[key] if key in scores else validated(m, seed, settings)
+                cell = [m for m in methods if i < len(grids[m])]
+                done = concurrently([lambda m=m: validated(m, seed, dict(grids[m][i])) for m in cell])
+                scores.update({(m, seed, i): score for m, score in zip(cell, done)})
+        # tune() passes a copy of the grid's entry: its index finds the cell
+        train = lambda m, seed, settings: scores[(m, seed, grids[m].index(settings))]  # noqa: E731
     tuning = tune(grids, seeds, train, log=log)
     log(f"bench llm: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
     return tuning
