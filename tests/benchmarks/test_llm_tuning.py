@@ -125,6 +125,7 @@ def test_every_grid_setting_becomes_a_command_line_its_runner_accepts(method, tm
             a = vars(parse(build_parser(), argv[3:]))
             got = {k: a[f"es.{k}"] for k in ("lr", "sigma", "population", "optimizer")}
             got["prompts"], got["seed"] = a["options.prompts"], a["es.seed"]
+            got["temperature"] = a["options.temperature"]
         else:
             a = grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, c, 1, settings)[3:])
             got = {"learning_rate": a.learning_rate, "generations": a.generations, "prompts": a.prompts,

@@ -107,7 +107,7 @@ def register(subparsers) -> None:
                    help="llm only: the task's options as JSON (default: the demonstration's with its task, else none)")
     p.add_argument("--tune", action="store_true", default=None,
                    help="llm only: first train each method's grid (the same number of settings for ES and GRPO) on "
-                        "--tuning-seeds and pick its settings by validation accuracy (train problems, never test ones)")
+                        "--tuning-seeds and pick its settings by validation accuracy (validation problems: never a training or test one)")
     p.add_argument("--side-by-side", action="store_true", default=None,
                    help="llm only: run each seed's ES and GRPO runs (and each tuning setting pair) at the same "
                         "time, one per core: both meet the same contention, in half the wall clock; needs "
