@@ -157,6 +157,28 @@ def test_load_errors_name_the_path(tmp_path):
         llm.load_causal_lm(save("llama", tmp_path / "m"), dtype="fp8")
 
 
+def test_loads_from_several_threads_at_once_all_get_the_saved_weights(tmp_path):
+    """transformers builds on the meta device through process-wide state: unguarded, a thread loading
+    beside another got meta weights ("Cannot copy out of meta tensor", 30 of 30 tries here)."""
+    import random
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from hyperscalees.llm.warm import char_llama
+    model, tok = char_llama(hidden=64, layers=2, heads=4, seed=0)
+    folder = llm.save_pretrained(model, tok, tmp_path / "m")
+    saved = torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    def load(_):
+        time.sleep(random.random() * 0.05)
+        m, _ = llm.load_causal_lm(folder)
+        return torch.cat([p.detach().flatten() for p in m.parameters()])
+
+    for _ in range(3):
+        with ThreadPoolExecutor(4) as pool:
+            for got in pool.map(load, range(4)):
+                assert torch.equal(got, saved)
+
+
 # -- export ----------------------------------------------------------------------------------
 def test_export_loads_in_plain_transformers_and_generates_the_same_tokens(folders, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -50,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -367,7 +368,8 @@ def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "", before
         acc.legend(fontsize=8)
     acc.set(xticks=range(len(runs)), xticklabels=list(runs), xlim=(-0.6, len(runs) - 0.4),
             ylabel="held-out accuracy after", title="each seed")
-    ax.set(xlabel="training wall clock (s)", ylabel="mean train reward per step", title=title)
+    ax.set(xlabel="training wall clock (s)", ylabel="mean train reward per step")
+    ax.set_title(textwrap.fill(title, 70), fontsize=10)  # a task's options can outrun the axes
     for a in (ax, acc):
         a.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 from pathlib import Path
 
 import torch
@@ -70,8 +71,21 @@ def _rwkv7():
     return rwkv7_hf
 
 
+# transformers builds a model on the meta device through process-wide state, so two threads loading at
+# once can leave one model's weights on meta ("Cannot copy out of meta tensor"): loads take turns
+_LOADING = threading.Lock()
+
+
 def load_causal_lm(path, *, dtype=None, device="cpu", gguf_file: str | None = None):
-    """``(model, tokenizer)`` from a local folder or .gguf file, in ``dtype`` (default float32), eval mode."""
+    """``(model, tokenizer)`` from a local folder or .gguf file, in ``dtype`` (default float32), eval mode.
+
+    Safe to call from several threads (``bench llm --side-by-side`` scores two runs at once): loads
+    take turns."""
+    with _LOADING:
+        return _load(path, dtype=dtype, device=device, gguf_file=gguf_file)
+
+
+def _load(path, *, dtype, device, gguf_file):
     folder, gguf_file = _locate(path, gguf_file)
     try:
         import transformers
