@@ -153,6 +153,31 @@ def test_bad_warm_start_options_are_refused_before_anything_runs(kwargs, message
         bench_llm.run(methods=("es",), log=lambda *_: None, **kwargs)
 
 
+@pytest.mark.parametrize("count, message", [(0, "whole number >= 1, got 0"), (2.5, "got 2.5"),
+                                            (10**6, "holds 1000 test problems")])
+def test_bad_eval_prompts_are_refused_naming_the_value(count, message):
+    from hyperscalees.benchmarks import llm as bench_llm
+    from hyperscalees.benchmarks.base import BenchSetupError
+    with pytest.raises(BenchSetupError, match=message):
+        bench_llm.run(methods=("es",), log=lambda *_: None, eval_prompts=count)
+
+
+def test_eval_prompts_reach_both_runners_and_the_scorers(tmp_path):
+    """One count for every score: ES's and GRPO's own evaluations, and the test/validation scoring."""
+    from hyperscalees.benchmarks import grpo_run, llm as bench_llm
+    from hyperscalees.cli.main import build_parser, parse
+    c = bench_llm.with_eval_prompts(bench_llm.configs(quick=False), 512)
+    assert c["eval_prompts"] == 512 and bench_llm.configs(quick=False)["eval_prompts"] == 128
+    es = bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", c)
+    assert vars(parse(build_parser(), es[3:]))["options.eval_prompts"] == 512
+    assert grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, c, 1)[3:]).eval_prompts == 512
+
+
+def test_eval_prompts_is_an_llm_flag(capsys):
+    assert main(["bench", "throughput", "--eval-prompts", "512"]) == 2
+    assert "--eval-prompts applies to llm only" in capsys.readouterr().err
+
+
 def test_running_mean_averages_the_last_window_values():
     from hyperscalees.benchmarks.llm import running_mean
     assert running_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]

@@ -312,7 +312,8 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
         rep.summary["tuning"] = {**tuning, "validation": llm_tuning.VALIDATION.format(count=c["eval_prompts"])}
     rep.details = {"methods": summaries, "runs": runs}
     rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} test problems (same for every seed); "
-                  "acc_before is the starting model's",
+                  f"acc_before is the starting model's; a score's standard error is up to "
+                  f"{50 / c['eval_prompts'] ** 0.5:.1f} points (--eval-prompts sets how many problems)",
                   f"every run: {budget:g} s of training wall clock, OMP_NUM_THREADS={threads}, "
                   + ("a seed's ES and GRPO runs side by side (started together, one per core)" if side_by_side
                      else "one run at a time") + "; evaluation outside the clock",
@@ -412,13 +413,28 @@ def with_task(c: dict, task: str | None, task_options) -> dict:
     return c
 
 
+def with_eval_prompts(c: dict, count) -> dict:
+    """``c`` scoring on the first ``count`` problems of the test (and validation) split, refused
+    unless the task holds that many distinct ones (beyond its size problems would repeat)."""
+    from ..tasks.llm import LLM_TASKS
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise BenchSetupError(f"--eval-prompts must be a whole number >= 1, got {count!r}")
+    held = LLM_TASKS[c["task"]](seed=0, options=c["task_options"]).size("test")
+    if count > held:
+        raise BenchSetupError(f"--eval-prompts {count}: task {c['task']!r} holds {held} test problems "
+                              "(its test_size option sets how many)")
+    return {**c, "eval_prompts": count}
+
+
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
         tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
-        side_by_side: bool = False) -> Report:
+        side_by_side: bool = False, eval_prompts=None) -> Report:
     if device != "cpu":
         raise BenchSetupError("bench llm measures on the CPU only for now")
     c = with_task(configs(quick), task, task_options)
+    if eval_prompts is not None:
+        c = with_eval_prompts(c, eval_prompts)
     if warm_start_options is not None:
         if not warm_start_minutes:
             raise BenchSetupError("--warm-start-options needs --warm-start-minutes")

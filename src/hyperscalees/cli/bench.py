@@ -46,7 +46,7 @@ OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds"
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
              "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
              "task": frozenset({"llm"}), "task_options": frozenset({"llm"}), "warm_start_options": frozenset({"llm"}),
-             "side_by_side": frozenset({"llm"})}
+             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
@@ -108,6 +108,10 @@ def register(subparsers) -> None:
     p.add_argument("--tune", action="store_true", default=None,
                    help="llm only: first train each method's grid (the same number of settings for ES and GRPO) on "
                         "--tuning-seeds and pick its settings by validation accuracy (validation problems: never a training or test one)")
+    p.add_argument("--eval-prompts", type=int, default=None, metavar="N",
+                   help="llm only: the held-out problems every score uses (test; validation with --tune; "
+                        "default 128). A score over N problems has a standard error of up to 50/sqrt(N) "
+                        "points (4.4 at 128, 2.2 at 512)")
     p.add_argument("--side-by-side", action="store_true", default=None,
                    help="llm only: run each seed's ES and GRPO runs (and each tuning setting pair) at the same "
                         "time, one per core: both meet the same contention, in half the wall clock; needs "
