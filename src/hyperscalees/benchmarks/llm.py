@@ -40,7 +40,7 @@ problems it has not memorised). ``--quick`` builds a tiny model and runs a few s
     hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M [--warm-start-options JSON])
                            [--seeds S ...]
                            [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
-                           [--tune [--tuning-seeds S ...]] [--side-by-side]
+                           [--tune [--tuning-seeds S ...]] [--side-by-side] [--eval-prompts N]
 """
 from __future__ import annotations
 

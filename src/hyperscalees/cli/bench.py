@@ -17,7 +17,8 @@ warm-start a small Llama first) by ES (``train llm``) and by GRPO (TRL, the ``gr
 the same wall-clock budget per seed, and reports held-out accuracy before and after; it takes
 ``--seeds``, ``--budget``, ``--plot``, ``--runs-dir`` and ``--threads`` (default 1) like ``rl``,
 and ``--tune`` (with ``--tuning-seeds``) to choose both methods' settings on a grid first;
-``--side-by-side`` runs ES and GRPO at the same time, one per core.
+``--side-by-side`` runs ES and GRPO at the same time, one per core; ``--eval-prompts N`` scores
+on N held-out problems.
 
 The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
