@@ -194,3 +194,82 @@ def test_side_by_side_needs_both_methods_and_a_core_per_run(fake_runs, monkeypat
     assert not fake_runs   # refused before any run
     assert main(["bench", "rl", "--side-by-side"]) == 2
     assert "--side-by-side applies to llm only" in capsys.readouterr().err
+
+
+def test_given_settings_run_on_the_reported_seeds_untuned(fake_runs, capsys):
+    """--settings: settings a tuning chose earlier, on fresh seeds; a method not named runs its defaults."""
+    given = {"es": {"lr": 1e-4, "sigma": 1e-2, "optimizer": "sgd", "population": 512}}
+    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "101", "--budget", "5", "--json",
+                 "--settings", json.dumps(given)]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "tuning" not in rep and rep["tuned"].startswith("nothing here: the settings were given")
+    assert not any(v for *_, v in fake_runs)   # nothing validated: nothing tuned
+    assert sorted((m, s, json.dumps(t)) for m, s, t, _ in fake_runs) == [
+        ("es", 100, json.dumps(given["es"])), ("es", 101, json.dumps(given["es"])),
+        ("grpo", 100, "null"), ("grpo", 101, "null")]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ('{"es": {"popultion": 8}}', "es setting 'popultion' is not one of"),
+    ('{"es": {"population": 7}}', "even whole number >= 2"),
+    ('{"es": {"lr": -1}}', "'lr' must be a number > 0, got -1"),
+    ('{"es": {"optimizer": "rmsprop"}}', "one of sgd, adam"),
+    ('{"grpo": {"generations": 1}}', "'generations' must be a whole number >= 2"),
+    ('{"grpo": {"prompts": true}}', "'prompts' must be a whole number >= 1, got True"),
+    ('{"ppo": {}}', "'ppo', which is not a method run here"),
+    ('{"es": [1]}', "es settings must be a JSON object"),
+    ("[1]", "--settings must be a JSON object"),
+    ("{oops", "--settings must be a JSON object"),
+])
+def test_bad_settings_are_refused_naming_the_value_before_any_run(fake_runs, settings, message):
+    with pytest.raises(BenchSetupError, match=message):
+        bench_llm.run(model="m", settings=settings, log=lambda *_: None)
+    assert not fake_runs
+
+
+def test_settings_and_tune_are_one_or_the_other(fake_runs, capsys):
+    assert main(["bench", "llm", "--model", "m", "--tune", "--settings", '{"es": {"lr": 1e-4}}']) == 1
+    assert "use one" in capsys.readouterr().err and not fake_runs
+    assert main(["bench", "rl", "--settings", "{}"]) == 2
+    assert "--settings applies to llm only" in capsys.readouterr().err
+
+
+def test_every_grid_setting_passes_the_settings_check():
+    for method, grid in llm_tuning.GRIDS.items():
+        for settings in grid:
+            assert llm_tuning.check_settings(method, settings) == settings
+    with pytest.raises(ValueError, match="grpo setting 'lr' is not one of"):
+        llm_tuning.check_grids({"es": ({"lr": 1e-3},), "grpo": ({"lr": 1e-3},)})  # ES's key in GRPO's grid
+
+
+def test_the_device_reaches_both_runners_and_every_scorer(monkeypatch, tmp_path):
+    """--device cuda: train llm and grpo_run get --device cuda (and --device cpu on the CPU), every
+    run and scorer sees the device; runs go one at a time (two would share the one GPU)."""
+    from hyperscalees.benchmarks import grpo_run
+    from hyperscalees.cli.main import build_parser, parse
+    c = {**bench_llm.configs(quick=False), "device": "cuda"}
+    es = bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", c, llm_tuning.ES_GRID[2])
+    assert vars(parse(build_parser(), es[3:]))["engine.device"] == "cuda"
+    assert grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, c, 1)[3:]).device == "cuda"
+    # on the CPU too: train llm's own default is cuda where there is one
+    cpu = bench_llm.configs(quick=False)
+    assert vars(parse(build_parser(), bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", cpu)[3:]))[
+        "engine.device"] == "cpu"
+    assert grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, cpu, 1)[3:]).device == "cpu"
+
+    seen = []
+    for name, method in (("run_es", "es"), ("run_grpo", "grpo")):
+        monkeypatch.setattr(bench_llm, name, lambda model, seed, budget, threads, c, tuned=None, validate=False,
+                            method=method: seen.append((method, c["device"])) or {
+                                "method": method, "seed": seed, "status": "ok", "curve": [],
+                                "after": {"accuracy": 0.5, "formatted": 1.0, "reward": 0.5}})
+    monkeypatch.setattr(bench_llm, "before_accuracy", lambda model, c: seen.append(("before", c["device"])) or {
+        "accuracy": 0.1, "formatted": 1.0, "reward": 0.2})
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    rep = bench_llm.run(model="m", device="cuda", seeds=(100,), log=lambda *_: None)
+    assert sorted(seen) == [("before", "cuda"), ("es", "cuda"), ("grpo", "cuda")]
+    assert rep.summary["device"].startswith("cuda")
+    with pytest.raises(BenchSetupError, match="would share the one GPU"):
+        bench_llm.run(model="m", device="cuda", side_by_side=True, log=lambda *_: None)
+    with pytest.raises(BenchSetupError, match="cpu or cuda, got --device 'mps'"):
+        bench_llm.run(model="m", device="mps", log=lambda *_: None)

@@ -1,7 +1,7 @@
 """One GRPO fine-tuning run (TRL's ``GRPOTrainer``) under a wall-clock budget: the baseline of ``bench llm``.
 
     python -m hyperscalees.benchmarks.grpo_run --model DIR --task arithmetic --task-options JSON \\
-        --seed S --prompts P --generations G --max-new-tokens T --eval-prompts E --budget SECONDS
+        --seed S --prompts P --generations G --max-new-tokens T --eval-prompts E --budget SECONDS [--device cuda]
 
 Needs the ``grpo`` extra (``pip install 'hyperscalees[grpo]'``: trl, which brings datasets);
 never a core dependency. Everything matches ``hyperscalees train llm`` where the methods allow:
@@ -18,8 +18,8 @@ never a core dependency. Everything matches ``hyperscalees train llm`` where the
   before and after training.
 
 GRPO's own settings are TRL's defaults except what the comparison fixes: sampling temperature
-1 (GRPO needs variance within a group), ``beta=0`` (no reference model), fp32 on the CPU, no
-checkpoints, no reports. The training clock starts at ``on_train_begin`` (the model is built,
+1 (GRPO needs variance within a group), ``beta=0`` (no reference model), fp32 on ``--device``
+(the CPU unless ``cuda``; ES's ``train llm --device`` likewise), no checkpoints, no reports. The training clock starts at ``on_train_begin`` (the model is built,
 the data set made) and a callback stops training before the next step would pass the budget
 (ES's rule); evaluation is outside the clock. The last stdout line is one JSON record: method,
 seed, settings, accuracy before and after, steps, train seconds, generations, and the curve of
@@ -93,6 +93,7 @@ def parse(argv=None):
     p.add_argument("--max-steps", type=int, default=1000, help="steps at most (the data set holds P x this)")
     p.add_argument("--learning-rate", type=float, default=None, help="default: TRL's (1e-6)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model trains and is scored")
     p.add_argument("--save", default=None, metavar="DIR", help="save the trained model here (save_pretrained form)")
     return p.parse_args(argv)
 
@@ -109,7 +110,7 @@ def run(a) -> dict:
     from ..tasks.llm.evaluate import held_out
 
     task = LLM_TASKS[a.task](seed=a.seed, options=json.loads(a.task_options))
-    model, tok = llm.load_causal_lm(a.model)
+    model, tok = llm.load_causal_lm(a.model, device=a.device)
     greedy = llm.Sampling(max_new_tokens=a.max_new_tokens, stop=(STOP,))
     before = held_out(task, model, tok, greedy, a.eval_prompts)
 
@@ -120,7 +121,7 @@ def run(a) -> dict:
         return [task.reward(p, cut(c)) for p, c in zip(prompts, completions)]
 
     stopper = BudgetStop(a.budget)
-    settings = dict(use_cpu=True, bf16=False, beta=0.0, temperature=1.0, seed=a.seed, data_seed=a.seed,
+    settings = dict(use_cpu=a.device == "cpu", bf16=False, beta=0.0, temperature=1.0, seed=a.seed, data_seed=a.seed,
                     num_generations=a.generations, per_device_train_batch_size=a.prompts * a.generations,
                     gradient_accumulation_steps=1, max_completion_length=a.max_new_tokens, max_steps=a.max_steps,
                     shuffle_dataset=False, logging_steps=1, save_strategy="no", report_to="none",
@@ -145,6 +146,7 @@ def run(a) -> dict:
     return {"method": "grpo", "seed": a.seed, "model": a.model, "task": a.task, "task_options": a.task_options,
             "settings": {"prompts": a.prompts, "generations": a.generations, "max_new_tokens": a.max_new_tokens,
                          "eval_prompts": a.eval_prompts, "budget_s": a.budget, "threads": a.threads,
+                         "device": a.device,
                          "learning_rate": config.learning_rate, "beta": config.beta,
                          "temperature": config.temperature, "loss_type": config.loss_type,
                          "optimizer": str(config.optim)},
@@ -167,6 +169,11 @@ def main(argv=None) -> int:
     if not a.budget > 0:
         print("grpo_run: --budget must be > 0 seconds", file=sys.stderr)
         return 2
+    if a.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            print("grpo_run: --device cuda but CUDA is not available", file=sys.stderr)
+            return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     rec = run(a)
     print(json.dumps(rec))

@@ -30,6 +30,12 @@ training seconds, generations per second (completions of the step's prompts per 
 second), and per method the median and range over seeds. ``--plot FILE`` draws the mean train
 reward per step against training wall clock; ``--runs-dir DIR`` keeps every run's JSON.
 
+``--settings JSON`` runs given settings instead of either side's defaults, with no tuning:
+``{"es": {"lr": 1e-4, "sigma": 1e-2, "optimizer": "sgd"}, "grpo": {"learning_rate": 3e-4}}`` (the
+keys ``llm_tuning.SETTING_KEYS`` allows; a method left out runs its defaults), for settings a
+tuning chose earlier, now on fresh seeds or a larger population. ``--device cuda`` trains and
+scores every run on the GPU (runs one at a time: two runs would share the one GPU).
+
 ``--warm-start-minutes M`` first builds a small Llama from a config (hidden 64, 2 layers, a
 character vocabulary; ``llm.warm``), trains it by backprop on the task's reference solutions
 for M minutes, saves it (under ``--runs-dir``, or a temporary folder) and uses it as the model:
@@ -40,7 +46,8 @@ problems it has not memorised). ``--quick`` builds a tiny model and runs a few s
     hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M [--warm-start-options JSON])
                            [--seeds S ...]
                            [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
-                           [--tune [--tuning-seeds S ...]] [--side-by-side] [--eval-prompts N]
+                           [--tune [--tuning-seeds S ...] | --settings JSON] [--side-by-side] [--eval-prompts N]
+                           [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -63,6 +70,8 @@ from .base import BenchSetupError, Report, environment
 QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, EGGROLL) vs GRPO (TRL), one evaluator, "
             "the same tuning budget on both sides (none by default, --tune for a grid on tuning seeds)")
 UNTUNED = "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)"
+GIVEN = ("nothing here: the settings were given (--settings) {given}; a method not named runs its defaults "
+         "(ES train llm's, GRPO TRL's)")
 METHODS = ("es", "grpo")
 TASK = "arithmetic"
 # two steps, operands up to 5: thousands of distinct problems, so a 9-minute warm start reaches ~40% held-out
@@ -73,13 +82,16 @@ COLUMNS = ["method", "seed", "acc_before", "acc_after", "formatted_after", "rewa
            "gen_per_s"]
 ES_MAX_STEPS = 1_000_000
 STARTUP_SLACK_S = 600  # past the budget before a run is killed: imports, model, evaluations, export
-# the ES child imports transformers and the model's class before the engine's clock starts (GRPO's clock
-# starts after its imports and model loading too)
-ES_PRELOAD = ("import json, pathlib, sys, transformers\n"
+# the ES child imports transformers and the model's class, and starts CUDA on a GPU, before the engine's clock
+# starts (GRPO's clock starts after its imports, CUDA's start and model loading too)
+ES_PRELOAD = ("import json, pathlib, sys, torch, transformers\n"
               "from hyperscalees.cli.main import main\n"
               "cfg = pathlib.Path(sys.argv[sys.argv.index('--model') + 1]) / 'config.json'\n"
               "for arch in (json.loads(cfg.read_text()).get('architectures') or []) if cfg.exists() else []:\n"
               "    getattr(transformers, arch, None)\n"
+              "device = sys.argv[sys.argv.index('--device') + 1] if '--device' in sys.argv else 'cpu'\n"
+              "if device.startswith('cuda'):\n"
+              "    torch.zeros(1, device=device)\n"
               "sys.exit(main(sys.argv[1:]))")
 
 
@@ -136,7 +148,14 @@ def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, 
             "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
             "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
     argv += [a for k in ("lr", "sigma", "temperature") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
-    return argv + (["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else [])
+    argv += ["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else []
+    return argv + _device_flag(c)
+
+
+def _device_flag(c: dict) -> list[str]:
+    """Both runners take ``--device``, always given: train llm's default is cuda where there is one, so a
+    CPU comparison on a GPU machine would otherwise train ES on the GPU and GRPO on the CPU."""
+    return ["--device", c.get("device", "cpu")]
 
 
 def concurrently(calls: list[Callable[[], dict]]) -> list[dict]:
@@ -148,9 +167,13 @@ def concurrently(calls: list[Callable[[], dict]]) -> list[dict]:
         return [f.result() for f in [pool.submit(call) for call in calls]]
 
 
-def check_side_by_side(methods, threads: int, cpus: int | None = None) -> None:
+def check_side_by_side(methods, threads: int, cpus: int | None = None, device: str = "cpu") -> None:
     """``--side-by-side`` needs both methods, and a core for each run's threads (else they would share
-    cores, and a timing then says more about the scheduler than about the method)."""
+    cores, and a timing then says more about the scheduler than about the method), and the CPU: on
+    one GPU the two runs would share it."""
+    if device != "cpu":
+        raise BenchSetupError(f"--side-by-side runs one method per CPU core; on --device {device} both runs "
+                              "would share the one GPU: leave it out (runs then go one at a time)")
     cpus = cpus or os.cpu_count() or 1
     if len(methods) < 2:
         raise BenchSetupError(f"--side-by-side runs the methods at the same time: it needs two, got {list(methods)}")
@@ -202,7 +225,8 @@ def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
             "--generations", str(tuned.get("generations", c["generations"])),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
             "--budget", f"{budget:g}", "--threads", str(threads)]
-    return argv + (["--learning-rate", f"{tuned['learning_rate']:g}"] if "learning_rate" in tuned else [])
+    argv += ["--learning-rate", f"{tuned['learning_rate']:g}"] if "learning_rate" in tuned else []
+    return argv + _device_flag(c)
 
 
 def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
@@ -229,7 +253,7 @@ def before_accuracy(model: str, c: dict) -> dict:
     from ..tasks.llm import LLM_TASKS
     from ..tasks.llm.evaluate import held_out
     torch.manual_seed(0)
-    m, tok = llm.load_causal_lm(model)
+    m, tok = llm.load_causal_lm(model, device=c.get("device", "cpu"))
     task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
                     c["eval_prompts"])
@@ -266,6 +290,14 @@ def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | No
 
 
 # -- summaries and the report -------------------------------------------------------------
+def device_name(device: str) -> str:
+    """The device in words for the report: a GPU's name, or "the CPU"."""
+    if device == "cpu":
+        return "the CPU"
+    import torch
+    return f"{device} ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else device
+
+
 def _median(values):
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
@@ -282,7 +314,8 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: float, threads: int, c: dict,
-                 notes=(), warm: dict | None = None, tuning: dict | None = None, side_by_side: bool = False) -> Report:
+                 notes=(), warm: dict | None = None, tuning: dict | None = None, side_by_side: bool = False,
+                 given: dict | None = None) -> Report:
     rep = Report("llm", QUESTION, COLUMNS)
     nan = lambda v: float("nan") if v is None else v
     summaries = {}
@@ -302,10 +335,10 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
                    "threads": threads, "side_by_side": side_by_side, "before": before, "acc_after_median": med,
                    "settings": {k: c[k] for k in ("prompts", "generations", "population", "max_new_tokens",
                                                   "eval_prompts")},
-                   "tuned": UNTUNED if tuning is None else llm_tuning.PROTOCOL.format(
-                       seeds=tuning["seeds"], budget=budget,
-                       chosen={m: t["chosen"] for m, t in tuning["methods"].items()}),
-                   "environment": environment()}
+                   "tuned": (llm_tuning.PROTOCOL.format(seeds=tuning["seeds"], budget=budget,
+                                                        chosen={m: t["chosen"] for m, t in tuning["methods"].items()})
+                             if tuning else GIVEN.format(given=given) if given else UNTUNED),
+                   "device": device_name(c.get("device", "cpu")), "environment": environment()}
     if warm:
         rep.summary["warm_start"] = warm
     if tuning:
@@ -314,11 +347,13 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
     rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} test problems (same for every seed); "
                   f"acc_before is the starting model's; a score's standard error is up to "
                   f"{50 / c['eval_prompts'] ** 0.5:.1f} points (--eval-prompts sets how many problems)",
-                  f"every run: {budget:g} s of training wall clock, OMP_NUM_THREADS={threads}, "
+                  f"every run: {budget:g} s of training wall clock on {device_name(c.get('device', 'cpu'))}, "
+                  f"OMP_NUM_THREADS={threads}, "
                   + ("a seed's ES and GRPO runs side by side (started together, one per core)" if side_by_side
                      else "one run at a time") + "; evaluation outside the clock",
                   "steps: ES steps (population x prompts) or GRPO steps (prompts x completions), "
                   + ("each method's chosen setting (tuning)" if tuning else
+                     "each method's given setting (--settings; a method not named: its defaults)" if given else
                      f"ES {c['population']} x {c['prompts']}, GRPO {c['prompts']} x {c['generations']}")
                   + "; gen_per_s: completions per training second",
                   "ES's clock includes loading the model and building the strategy; GRPO's starts at on_train_begin"]
@@ -387,14 +422,14 @@ def _quick_model(folder: Path) -> str:
     return str(llm.save_pretrained(model, tok, folder, overwrite=True))
 
 
-def _json_object(text) -> dict:
+def _json_object(text, what: str = "options") -> dict:
     """A dict from JSON text (or a dict), refused with the bad text otherwise."""
     try:
         value = json.loads(text) if isinstance(text, str) else text
     except json.JSONDecodeError as e:
-        raise BenchSetupError(f"options must be a JSON object, got {text!r} ({e.msg})") from None
+        raise BenchSetupError(f"{what} must be a JSON object, got {text!r} ({e.msg})") from None
     if not isinstance(value, dict):
-        raise BenchSetupError(f"options must be a JSON object, got {text!r}")
+        raise BenchSetupError(f"{what} must be a JSON object, got {text!r}")
     return dict(value)
 
 
@@ -413,6 +448,20 @@ def with_task(c: dict, task: str | None, task_options) -> dict:
     return c
 
 
+def given_settings(text, methods) -> dict:
+    """``--settings``: ``{method: settings}`` from JSON text (or a dict), each checked by
+    ``llm_tuning.check_settings``; a method not in ``methods`` is refused (its settings would go unused)."""
+    value = _json_object(text, "--settings")
+    for m, settings in value.items():
+        if m not in methods:
+            raise BenchSetupError(f"--settings names {m!r}, which is not a method run here ({list(methods)})")
+        try:
+            value[m] = llm_tuning.check_settings(m, settings)
+        except ValueError as e:
+            raise BenchSetupError(f"--settings: {e}") from None
+    return value
+
+
 def with_eval_prompts(c: dict, count) -> dict:
     """``c`` scoring on the first ``count`` problems of the test (and validation) split, refused
     unless the task holds that many distinct ones (beyond its size problems would repeat)."""
@@ -429,10 +478,10 @@ def with_eval_prompts(c: dict, count) -> dict:
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
         tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
-        side_by_side: bool = False, eval_prompts=None) -> Report:
-    if device != "cpu":
-        raise BenchSetupError("bench llm measures on the CPU only for now")
-    c = with_task(configs(quick), task, task_options)
+        side_by_side: bool = False, eval_prompts=None, settings=None) -> Report:
+    if device not in ("cpu", "cuda"):
+        raise BenchSetupError(f"bench llm runs on cpu or cuda, got --device {device!r}")
+    c = {**with_task(configs(quick), task, task_options), "device": device}
     if eval_prompts is not None:
         c = with_eval_prompts(c, eval_prompts)
     if warm_start_options is not None:
@@ -448,8 +497,11 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
     if tune and set(seeds) & set(tuning_seeds):
         raise BenchSetupError(f"seeds {sorted(set(seeds) & set(tuning_seeds))} are tuning seeds: report seeds "
                               "the settings were not chosen on")
+    if tune and settings is not None:
+        raise BenchSetupError("--settings gives each method its settings, --tune chooses them: use one")
+    given = given_settings(settings, methods) if settings is not None else None
     if side_by_side:
-        check_side_by_side(methods, threads)
+        check_side_by_side(methods, threads, device=device)
     if "grpo" in methods:
         import importlib.util
         if importlib.util.find_spec("trl") is None:
@@ -472,7 +524,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         sides = {"es": run_es, "grpo": run_grpo}
         tuning = (llm_tuning.run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log,
                                       side_by_side=side_by_side) if tune else None)
-        chosen = {m: tuning[m]["chosen"] if tuning else None for m in methods}
+        chosen = {m: tuning[m]["chosen"] if tuning else (given or {}).get(m) for m in methods}
         runs = {m: [] for m in methods}
 
         def one_run(m: str, seed: int) -> dict:
@@ -505,4 +557,4 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
     if runs_dir is not None:
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
     return build_report(model, before, runs, budget, threads, c, notes, warm,
-                        tuning and {"seeds": list(tuning_seeds), "methods": tuning}, side_by_side)
+                        tuning and {"seeds": list(tuning_seeds), "methods": tuning}, side_by_side, given)

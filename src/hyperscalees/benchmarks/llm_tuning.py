@@ -42,14 +42,45 @@ GRPO_GRID = ({"learning_rate": 1e-4, "generations": 16},
              {"learning_rate": 3e-4, "generations": 8, "prompts": 16},
              {"learning_rate": 3e-4, "generations": 16})
 GRIDS = {"es": ES_GRID, "grpo": GRPO_GRID}
+# What a setting may hold, per method (a grid entry or ``bench llm --settings``), and what each must be.
+_POSITIVE = ("a number > 0", lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < v < float("inf"))
+_COUNT = ("a whole number >= 1", lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 1)
+_PAIRS = ("an even whole number >= 2 (antithetic pairs)",
+          lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 2 and v % 2 == 0)
+_GROUP = ("a whole number >= 2 (GRPO compares completions within a group)",
+          lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 2)
+SETTING_KEYS = {
+    "es": {"lr": _POSITIVE, "sigma": _POSITIVE, "population": _PAIRS, "prompts": _COUNT, "temperature": _POSITIVE,
+           "optimizer": ("one of sgd, adam, adamw, muon", lambda v: v in ("sgd", "adam", "adamw", "muon"))},
+    "grpo": {"learning_rate": _POSITIVE, "generations": _GROUP, "prompts": _COUNT},
+}
 PROTOCOL = ("each method's grid (same size) trained on tuning seeds {seeds} for {budget:g} s per setting and seed, "
             "chosen by mean validation accuracy: {chosen}")
 VALIDATION = ("the first {count} problems of the task's validation split, greedy; disjoint from the training "
               "and test problems by content")
 
 
+def check_settings(method: str, settings) -> dict:
+    """``settings`` for ``method`` (a grid entry, or given by ``bench llm --settings``), refused with
+    the bad key or value: a typo must not silently run a method's defaults."""
+    if method not in SETTING_KEYS:
+        raise ValueError(f"no settings for method {method!r}: the methods are {sorted(SETTING_KEYS)}")
+    if not isinstance(settings, dict):
+        raise ValueError(f"{method} settings must be a JSON object, got {settings!r}")
+    for key, value in settings.items():
+        if key not in SETTING_KEYS[method]:
+            raise ValueError(f"{method} setting {key!r} is not one of {sorted(SETTING_KEYS[method])}")
+        what, ok = SETTING_KEYS[method][key]
+        if not ok(value):
+            raise ValueError(f"{method} setting {key!r} must be {what}, got {value!r}")
+    return dict(settings)
+
+
 def check_grids(grids: dict[str, tuple[dict, ...]]) -> None:
     """Equal tuning budgets: every method's grid has the same number of settings (at least one)."""
+    for m, g in grids.items():
+        for settings in g:
+            check_settings(m, settings)
     sizes = {m: len(g) for m, g in grids.items()}
     if len(set(sizes.values())) > 1 or min(sizes.values(), default=0) < 1:
         raise ValueError(f"every method needs a grid of the same size (the same tuning budget), got {sizes}")
@@ -88,7 +119,7 @@ def validation_accuracy(model: str, c: dict) -> dict:
     from ..tasks.llm import LLM_TASKS
     from ..tasks.llm.evaluate import held_out
     torch.manual_seed(0)
-    m, tok = llm.load_causal_lm(model)
+    m, tok = llm.load_causal_lm(model, device=c.get("device", "cpu"))
     task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])  # the validation split is the same for every seed
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
                     c["eval_prompts"], split="validation")

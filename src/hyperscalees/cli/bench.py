@@ -18,7 +18,8 @@ the same wall-clock budget per seed, and reports held-out accuracy before and af
 ``--seeds``, ``--budget``, ``--plot``, ``--runs-dir`` and ``--threads`` (default 1) like ``rl``,
 and ``--tune`` (with ``--tuning-seeds``) to choose both methods' settings on a grid first;
 ``--side-by-side`` runs ES and GRPO at the same time, one per core; ``--eval-prompts N`` scores
-on N held-out problems.
+on N held-out problems; ``--settings JSON`` runs given settings (no tuning); ``--device cuda``
+trains and scores on the GPU.
 
 The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
@@ -47,7 +48,7 @@ OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds"
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
              "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
              "task": frozenset({"llm"}), "task_options": frozenset({"llm"}), "warm_start_options": frozenset({"llm"}),
-             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"})}
+             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"}), "settings": frozenset({"llm"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
@@ -113,6 +114,10 @@ def register(subparsers) -> None:
                    help="llm only: the held-out problems every score uses (test; validation with --tune; "
                         "default 128). A score over N problems has a standard error of up to 50/sqrt(N) "
                         "points (4.4 at 128, 2.2 at 512)")
+    p.add_argument("--settings", default=None, metavar="JSON",
+                   help="llm only: each method's settings instead of its defaults, no tuning, e.g. "
+                        "'{\"es\": {\"lr\": 1e-4, \"sigma\": 1e-2, \"optimizer\": \"sgd\", \"population\": 512}, "
+                        "\"grpo\": {\"learning_rate\": 3e-4, \"prompts\": 16}}' (settings a tuning chose, on fresh seeds)")
     p.add_argument("--side-by-side", action="store_true", default=None,
                    help="llm only: run each seed's ES and GRPO runs (and each tuning setting pair) at the same "
                         "time, one per core: both meet the same contention, in half the wall clock; needs "
