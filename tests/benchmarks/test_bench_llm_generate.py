@@ -40,3 +40,13 @@ def test_prompts_follow_the_chat_template_only_when_asked():
     tok.chat_template = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
     assert llm_generate.prompts_for(tok, 2, chat=True) == [f"<{p}>" for p in llm_generate.PROMPTS[:2]]
     assert llm_generate.prompts_for(tok, 2, chat=False) == list(llm_generate.PROMPTS[:2])
+
+
+def test_a_gpu_adds_the_large_populations_and_the_cpu_rows_stay():
+    from hyperscalees.benchmarks import llm_generate
+    cpu, gpu = llm_generate.configs(False), llm_generate.configs(False, "cuda")
+    assert [c["model"] for c in gpu] == [c["model"] for c in cpu]
+    for c, g in zip(cpu, gpu):
+        assert g["rows"][:len(c["rows"])] == c["rows"]              # the CPU's rows, comparable across devices
+        assert max(m * p for m, p in g["rows"]) >= 2048 > max(m * p for m, p in c["rows"])
+    assert llm_generate.configs(True, "cuda") == llm_generate.configs(True)  # --quick stays tiny
