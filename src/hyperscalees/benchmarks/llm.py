@@ -245,9 +245,10 @@ def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned:
     return {**rec, "validation": val} if validate else rec
 
 
-def before_accuracy(model: str, c: dict) -> dict:
-    """A model folder's held-out metrics (the same evaluator for the starting model and ES's result;
-    the test split is the same for every seed)."""
+def split_accuracy(model: str, c: dict, split: str = "test") -> dict:
+    """A model folder's metrics on the first ``c["eval_prompts"]`` problems of ``split``: greedy, on
+    ``c``'s device, the one evaluator of every score here. The splits are the same for every seed
+    (the task is built with seed 0: a seed picks training problems only)."""
     import torch
     from .. import llm
     from ..tasks.llm import LLM_TASKS
@@ -256,7 +257,12 @@ def before_accuracy(model: str, c: dict) -> dict:
     m, tok = llm.load_causal_lm(model, device=c.get("device", "cpu"))
     task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])
     return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
-                    c["eval_prompts"])
+                    c["eval_prompts"], split=split)
+
+
+def before_accuracy(model: str, c: dict) -> dict:
+    """A model folder's held-out (test) metrics: the starting model's, and ES's result's."""
+    return split_accuracy(model, c, "test")
 
 
 def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | None = None, batch: int = 16,

@@ -114,15 +114,8 @@ def tune(grids: dict[str, tuple[dict, ...]], seeds, train: Callable[[str, int, d
 def validation_accuracy(model: str, c: dict) -> dict:
     """A model folder's metrics on the first E problems of the task's validation split (never a
     training or test problem): what ``--tune`` chooses by."""
-    import torch
-    from .. import llm
-    from ..tasks.llm import LLM_TASKS
-    from ..tasks.llm.evaluate import held_out
-    torch.manual_seed(0)
-    m, tok = llm.load_causal_lm(model, device=c.get("device", "cpu"))
-    task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])  # the validation split is the same for every seed
-    return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
-                    c["eval_prompts"], split="validation")
+    from .llm import split_accuracy
+    return split_accuracy(model, c, "validation")
 
 
 def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,
