@@ -142,7 +142,7 @@ llm_stage() {
         --budget "$budget" --eval-prompts "$eval_prompts" --runs-dir "$work/llm_runs" --plot "$work/llm_demo1_gpu.png" \
         --out "$work/llm_demo1_gpu.txt"
     if [ "$have_smol" = 1 ]; then
-        step llm_generate_smollm2 "$PY" -m hyperscalees bench llm-generate $QUICK --device "$DEVICE" --json \
+        step llm_generate_smollm2 "$PY" -m hyperscalees bench llm-generate $QUICK --device "$DEVICE" --models smollm2-135m --json \
             --out "$work/llm_generate_smollm2.txt"
     fi
     echo; echo "--- summary (llm)"; grep -h "^=== .*exit\|not measured" "$work/steps.log"

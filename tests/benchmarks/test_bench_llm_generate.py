@@ -50,3 +50,17 @@ def test_a_gpu_adds_the_large_populations_and_the_cpu_rows_stay():
         assert g["rows"][:len(c["rows"])] == c["rows"]              # the CPU's rows, comparable across devices
         assert max(m * p for m, p in g["rows"]) >= 2048 > max(m * p for m, p in c["rows"])
     assert llm_generate.configs(True, "cuda") == llm_generate.configs(True)  # --quick stays tiny
+
+
+def test_models_picks_what_is_measured(capsys):
+    from hyperscalees.benchmarks import llm_generate
+    from hyperscalees.benchmarks.base import BenchSetupError
+    from hyperscalees.cli import bench
+    from hyperscalees.cli.main import main
+    assert bench.LLM_GENERATE_MODELS == llm_generate.MODELS
+    rep = llm_generate.run(quick=True, log=lambda *_: None, models=("gpt2",))
+    assert [r[0] for r in rep.rows] == ["gpt2"] and not any(n.startswith(llm_generate.SMOLLM2) for n in rep.notes)
+    with pytest.raises(BenchSetupError, match="'bert' is not one of"):
+        llm_generate.run(quick=True, models=("bert",))
+    assert main(["bench", "throughput", "--models", "gpt2"]) == 2
+    assert "--models applies to llm-generate only" in capsys.readouterr().err

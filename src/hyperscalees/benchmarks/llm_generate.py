@@ -160,14 +160,24 @@ def measure_row(model, tok, members: int, prompts: int, new_tokens: int, repeats
             "timings": t}
 
 
-def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
+MODELS = ("llama", "gpt2", SMOLLM2)
+
+
+def run(quick: bool = False, device: str = "cpu", log=print, models=None) -> Report:
+    """``models``: the names of :data:`MODELS` to measure (default all), e.g. SmolLM2 alone once the
+    others were measured."""
     if importlib.util.find_spec("transformers") is None:
         raise BenchSetupError("needs the llm extra (transformers): pip install 'hyperscalees[llm]'")
+    unknown = sorted(set(models or ()) - set(MODELS))
+    if unknown:
+        raise BenchSetupError(f"--models {unknown[0]!r} is not one of {list(MODELS)}")
     rep = Report("llm-generate", QUESTION, COLUMNS)
     details, skipped = [], []
-    if quick:
+    if quick and (models is None or SMOLLM2 in models):
         skipped.append(f"{SMOLLM2} not measured with --quick")
     for cfg in configs(quick, device):
+        if models is not None and cfg["model"] not in models:
+            continue
         try:
             model, tok = _model(cfg, device, log)
         except (FileNotFoundError, ImportError) as e:  # SmolLM2 not installed, or not convertible here

