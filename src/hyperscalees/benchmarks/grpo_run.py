@@ -19,11 +19,11 @@ never a core dependency. Everything matches ``hyperscalees train llm`` where the
 
 GRPO's own settings are TRL's defaults except what the comparison fixes: sampling temperature
 1 (GRPO needs variance within a group), ``beta=0`` (no reference model), fp32 on ``--device``
-(the CPU unless ``cuda``; ES's ``train llm --device`` likewise), no checkpoints, no reports. The training clock starts at ``on_train_begin`` (the model is built,
-the data set made) and a callback stops training before the next step would pass the budget
-(ES's rule); evaluation is outside the clock. The last stdout line is one JSON record: method,
-seed, settings, accuracy before and after, steps, train seconds, generations, and the curve of
-(seconds, mean train reward) per step.
+(the CPU unless ``cuda``; ES's ``train llm --device`` likewise), no checkpoints, no reports. The
+training clock starts at ``on_train_begin`` (the model is built, the data set made) and a callback
+stops training before the next step would pass the budget (ES's rule); evaluation is outside the
+clock. The last stdout line is one JSON record: method, seed, settings, accuracy before and after,
+steps, train seconds, generations, and the curve of (seconds, mean train reward) per step.
 """
 from __future__ import annotations
 
