@@ -25,7 +25,9 @@
 # GRPO 256 prompts x 8 completions: 2,048 completions a step each) and its learning rate scaled by its
 # optimizer's rule for a 16x batch (ES's SGD linear: 1.6e-3; GRPO's Adam square root: 1.2e-3), fixed
 # before any GPU run (a first choice, 4x for both, left ES static when rehearsed on the CPU:
-# bench/results/cpu/llm_gpu_settings_on_cpu_2026-11-28.txt); 3 seeds never tuned on, 512 test problems. GPU_LLM_BUDGET (seconds per run, default 30), GPU_LLM_SEEDS and GPU_LLM_SETTINGS change it.
+# bench/results/cpu/llm_gpu_settings_on_cpu_2026-11-28.txt); 3 seeds never tuned on, 400 distinct test
+# problems (the split holds 429). GPU_LLM_BUDGET (seconds per run, default 30), GPU_LLM_SEEDS,
+# GPU_LLM_SETTINGS and GPU_LLM_EVAL_PROMPTS change it.
 # GPU_SESSION_STEPS="bench_llm llm_generate_smollm2" runs only the steps it names (a rerun in leftover time).
 # A rehearsal here, without a GPU (tests/test_gpu_session.py runs one): OUT=/tmp/o GPU_SESSION_DEVICE=cpu \
 #   GPU_SESSION_QUICK=1 GPU_SESSION_PYTHON=.venv/bin/python GPU_LLM_BUDGET=3 \
@@ -128,7 +130,7 @@ llm_stage() {
     else
         echo "SmolLM2: the first half is not on this machine (did call 1 carry .gpu/smol_a, and call 2 follow within 30 s?): not measured" | tee -a "$work/steps.log"
     fi
-    local seeds=${GPU_LLM_SEEDS:-105 106 107} budget=${GPU_LLM_BUDGET:-30} eval_prompts=${GPU_LLM_EVAL_PROMPTS:-512}
+    local seeds=${GPU_LLM_SEEDS:-105 106 107} budget=${GPU_LLM_BUDGET:-30} eval_prompts=${GPU_LLM_EVAL_PROMPTS:-400}
     local warm_population=512
     [ -n "$QUICK" ] && warm_population=8
     local model=bench/models/countdown_char_llama

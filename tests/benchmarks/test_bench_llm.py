@@ -154,7 +154,7 @@ def test_bad_warm_start_options_are_refused_before_anything_runs(kwargs, message
 
 
 @pytest.mark.parametrize("count, message", [(0, "whole number >= 1, got 0"), (2.5, "got 2.5"),
-                                            (10**6, "holds 1000 test problems")])
+                                            (10**6, r"holds 941 distinct test \(or validation\) problems")])
 def test_bad_eval_prompts_are_refused_naming_the_value(count, message):
     from hyperscalees.benchmarks import llm as bench_llm
     from hyperscalees.benchmarks.base import BenchSetupError

@@ -80,6 +80,10 @@ def test_the_cli_refuses_a_missing_model_and_bad_task_options(tmp_path, capsys):
     assert "--task-options must be a JSON object" in capsys.readouterr().err
     assert main(["train", "llm", "--model", str(tmp_path / "nope"), "--steps", "1"]) == 2
     assert "no model at" in capsys.readouterr().err
+    easy = '{"min_numbers": 3, "max_numbers": 3, "max_value": 9, "min_target": 10, "max_target": 50}'
+    assert main(["train", "llm", "--model", str(tmp_path), "--task", "countdown", "--task-options", easy,
+                 "--eval-prompts", "900", "--steps", "1"]) == 2   # before any model is loaded or step run
+    assert "the test split holds 429 distinct problems, fewer than the 900 asked" in capsys.readouterr().err
 
 
 def test_training_prompts_depend_on_the_step_only(folder):

@@ -469,15 +469,17 @@ def given_settings(text, methods) -> dict:
 
 
 def with_eval_prompts(c: dict, count) -> dict:
-    """``c`` scoring on the first ``count`` problems of the test (and validation) split, refused
-    unless the task holds that many distinct ones (beyond its size problems would repeat)."""
+    """``c`` scoring on the first ``count`` distinct problems of the test (and validation) split,
+    refused unless both splits hold that many."""
     from ..tasks.llm import LLM_TASKS
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise BenchSetupError(f"--eval-prompts must be a whole number >= 1, got {count!r}")
-    held = LLM_TASKS[c["task"]](seed=0, options=c["task_options"]).size("test")
+    task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])
+    held = min(task.distinct_size("test"), task.distinct_size("validation"))
     if count > held:
-        raise BenchSetupError(f"--eval-prompts {count}: task {c['task']!r} holds {held} test problems "
-                              "(its test_size option sets how many)")
+        raise BenchSetupError(f"--eval-prompts {count}: task {c['task']!r} holds {held} distinct test (or "
+                              "validation) problems (its options set how many; a score over repeats would count "
+                              "some twice)")
     return {**c, "eval_prompts": count}
 
 

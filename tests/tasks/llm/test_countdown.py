@@ -218,3 +218,36 @@ def test_a_pickled_task_scores_the_prompts_it_handed_out():
     prompts = task.prompts("train", 0, 4)
     copy = pickle.loads(pickle.dumps(task.reward))  # a Ray worker's copy of RewardFitness's reward
     assert [copy(p, "<answer>1</answer>") for p in prompts] == [task.reward(p, "<answer>1</answer>") for p in prompts]
+
+
+EASY = {"min_numbers": 3, "max_numbers": 3, "max_value": 9, "min_target": 10, "max_target": 50}  # ~430 test problems
+
+
+def test_scores_read_distinct_held_out_problems_and_refuse_beyond_them():
+    """A small problem space repeats problems across indices: the first 128 test indices of 3-number
+    Countdown hold 113 distinct problems. Scoring reads the first N distinct ones, in index order."""
+    task = CountdownTask(options=EASY)
+    raw = task.prompts("test", 0, 128)
+    assert len(set(raw)) < 128                                       # repeats exist (the reason for this)
+    distinct = [p.prompt for p in task.distinct_problems("test", 128)]
+    assert len(set(distinct)) == 128
+    assert distinct[:len(dict.fromkeys(raw))] == list(dict.fromkeys(raw))  # first appearances, in order
+    held = task.distinct_size("test")
+    assert 128 < held < task.size("test") and len(task.distinct_problems("test", held)) == held
+    with pytest.raises(ValueError, match=f"the test split holds {held} distinct problems, fewer than the {held + 1}"):
+        task.distinct_problems("test", held + 1)
+    with pytest.raises(ValueError, match="whole number >= 1"):
+        task.distinct_problems("test", 0)
+
+
+def test_held_out_scores_each_distinct_problem_once(monkeypatch):
+    from hyperscalees.tasks.llm import evaluate
+    asked = []
+
+    def fake_complete(model, tokenizer, prompts, sampling):
+        asked.extend(prompts)
+        return ["<answer>1</answer>"] * len(prompts), None, None
+    monkeypatch.setattr(evaluate.llm, "complete", fake_complete)
+    task = CountdownTask(options=EASY)
+    metrics = evaluate.held_out(task, None, None, count=128)
+    assert len(asked) == len(set(asked)) == 128 and metrics["formatted"] == 1.0

@@ -149,6 +149,29 @@ class VerifiableTask:
         """The prompts of :meth:`problems`."""
         return [p.prompt for p in self.problems(split, start, count)]
 
+    def distinct_problems(self, split: str, count: int) -> list[Problem]:
+        """The first ``count`` distinct problems of ``split``, in index order (a repeat is skipped).
+
+        Scoring reads these: a small problem space (3-number Countdown holds ~430 distinct test
+        problems) makes indices repeat problems, and a score over repeats counts some problems twice
+        and overstates its own precision. Refused, naming the split's distinct count, beyond it."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count must be a whole number >= 1, got {count!r}")
+        seen, out = set(), []
+        for index in range(self.size(split)):
+            p = self.problem(split, index)
+            if p.prompt not in seen:
+                seen.add(p.prompt)
+                out.append(p)
+                if len(out) == count:
+                    return out
+        raise ValueError(f"{self.name}: the {split} split holds {len(out)} distinct problems, fewer than the "
+                         f"{count} asked (its options set how many; a score over repeats would count some twice)")
+
+    def distinct_size(self, split: str) -> int:
+        """How many distinct problems ``split`` holds (its ``size`` indices may repeat some)."""
+        return len({self.problem(split, index).prompt for index in range(self.size(split))})
+
     def problem_of(self, prompt: str) -> Problem:
         """The problem this task handed out with exactly this prompt."""
         try:

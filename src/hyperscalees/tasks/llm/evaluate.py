@@ -1,9 +1,10 @@
 """The held-out evaluator every LLM fine-tuning method shares (``train llm``, ``bench llm``'s GRPO).
 
-``held_out(task, model, tokenizer, sampling, count)`` answers the first ``count`` problems of
-the task's ``"test"`` split with ``llm.complete`` (the unperturbed model, as ``sampling`` says:
-greedy by default) and scores each answer with the task's verifier. The test split is the same
-for every seed, so numbers from runs with different seeds compare.
+``held_out(task, model, tokenizer, sampling, count)`` answers the first ``count`` distinct problems
+of the task's ``"test"`` split (``task.distinct_problems``: a repeated problem would count twice)
+with ``llm.complete`` (the unperturbed model, as ``sampling`` says: greedy by default) and scores
+each answer with the task's verifier. The test split is the same for every seed, so numbers from
+runs with different seeds compare.
 
 The problems go through ``generate`` ``chunk`` at a time (:data:`EVAL_CHUNK` by default), and
 ``check()`` is called before each chunk: ``train llm`` passes the task's ``check_stop``, so a
@@ -24,7 +25,7 @@ EVAL_CHUNK = 16  # held-out problems per batched generate: bounds memory and the
 def held_out(task, model, tokenizer, sampling=None, count: int = 32, samples: list | None = None,
              chunk: int | None = None, check: Callable[[], None] | None = None,
              split: str = "test") -> dict[str, float]:
-    """``{"accuracy", "formatted", "reward"}``: means over the first ``count`` held-out problems
+    """``{"accuracy", "formatted", "reward"}``: means over the first ``count`` distinct held-out problems
     (of ``split``: ``bench llm --tune`` chooses settings on the ``"validation"`` split).
 
     ``samples``, when given a list, receives one record per problem (``prompt``, ``completion``,
@@ -35,7 +36,7 @@ def held_out(task, model, tokenizer, sampling=None, count: int = 32, samples: li
     chunk = EVAL_CHUNK if chunk is None else chunk
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a whole number >= 1, got {chunk!r}")
-    prompts = task.prompts(split, 0, count)
+    prompts = [p.prompt for p in task.distinct_problems(split, count)]
     texts = []
     for lo in range(0, count, chunk):
         if check is not None:

@@ -89,6 +89,7 @@ class LLMTask(AbstractTask):
         if not o.model:
             raise ValueError("model must name a local model folder or .gguf file (or 'smollm2'); nothing downloads")
         self.problems = LLM_TASKS[o.task](seed=self.seed, options=json.loads(o.task_options))
+        self.problems.distinct_problems("test", o.eval_prompts)  # refused now, not after the first steps
         self.reward_fn = (SafeReward(o.reward, timeout=o.reward_timeout) if o.reward else self.problems.reward)
         self.sampling = llm.Sampling(max_new_tokens=o.max_new_tokens, stop=(o.stop,) if o.stop else ())
         # members sample (twins with common noise) when a temperature is given; evaluation stays greedy
