@@ -350,7 +350,8 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
     if tuning:
         rep.summary["tuning"] = {**tuning, "validation": llm_tuning.VALIDATION.format(count=c["eval_prompts"])}
     rep.details = {"methods": summaries, "runs": runs}
-    rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} test problems (same for every seed); "
+    rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} distinct test problems (same for every "
+                  "seed); "
                   f"acc_before is the starting model's; a score's standard error is up to "
                   f"{50 / c['eval_prompts'] ** 0.5:.1f} points (--eval-prompts sets how many problems)",
                   f"every run: {budget:g} s of training wall clock on {device_name(c.get('device', 'cpu'))}, "

@@ -56,7 +56,7 @@ SETTING_KEYS = {
 }
 PROTOCOL = ("each method's grid (same size) trained on tuning seeds {seeds} for {budget:g} s per setting and seed, "
             "chosen by mean validation accuracy: {chosen}")
-VALIDATION = ("the first {count} problems of the task's validation split, greedy; disjoint from the training "
+VALIDATION = ("the first {count} distinct problems of the task's validation split, greedy; disjoint from the training "
               "and test problems by content")
 
 
@@ -112,7 +112,7 @@ def tune(grids: dict[str, tuple[dict, ...]], seeds, train: Callable[[str, int, d
 
 
 def validation_accuracy(model: str, c: dict) -> dict:
-    """A model folder's metrics on the first E problems of the task's validation split (never a
+    """A model folder's metrics on the first E distinct problems of the task's validation split (never a
     training or test problem): what ``--tune`` chooses by."""
     from .llm import split_accuracy
     return split_accuracy(model, c, "validation")

@@ -25,8 +25,9 @@ kind of answer), else 0.0.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar, Iterator, Sequence
 
 from ..base import make_options
 
@@ -149,6 +150,15 @@ class VerifiableTask:
         """The prompts of :meth:`problems`."""
         return [p.prompt for p in self.problems(split, start, count)]
 
+    def _distinct(self, split: str) -> Iterator[Problem]:
+        """``split``'s problems in index order, each repeat skipped."""
+        seen = set()
+        for index in range(self.size(split)):
+            p = self.problem(split, index)
+            if p.prompt not in seen:
+                seen.add(p.prompt)
+                yield p
+
     def distinct_problems(self, split: str, count: int) -> list[Problem]:
         """The first ``count`` distinct problems of ``split``, in index order (a repeat is skipped).
 
@@ -157,20 +167,15 @@ class VerifiableTask:
         and overstates its own precision. Refused, naming the split's distinct count, beyond it."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"count must be a whole number >= 1, got {count!r}")
-        seen, out = set(), []
-        for index in range(self.size(split)):
-            p = self.problem(split, index)
-            if p.prompt not in seen:
-                seen.add(p.prompt)
-                out.append(p)
-                if len(out) == count:
-                    return out
-        raise ValueError(f"{self.name}: the {split} split holds {len(out)} distinct problems, fewer than the "
-                         f"{count} asked (its options set how many; a score over repeats would count some twice)")
+        out = list(itertools.islice(self._distinct(split), count))
+        if len(out) < count:
+            raise ValueError(f"{self.name}: the {split} split holds {len(out)} distinct problems, fewer than the "
+                             f"{count} asked (its options set how many; a score over repeats would count some twice)")
+        return out
 
     def distinct_size(self, split: str) -> int:
         """How many distinct problems ``split`` holds (its ``size`` indices may repeat some)."""
-        return len({self.problem(split, index).prompt for index in range(self.size(split))})
+        return sum(1 for _ in self._distinct(split))
 
     def problem_of(self, prompt: str) -> Problem:
         """The problem this task handed out with exactly this prompt."""
