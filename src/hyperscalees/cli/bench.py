@@ -19,7 +19,9 @@ the same wall-clock budget per seed, and reports held-out accuracy before and af
 and ``--tune`` (with ``--tuning-seeds``) to choose both methods' settings on a grid first;
 ``--side-by-side`` runs ES and GRPO at the same time, one per core; ``--eval-prompts N`` scores
 on N held-out problems; ``--settings JSON`` runs given settings (no tuning); ``--device cuda``
-trains and scores on the GPU.
+trains and scores on the GPU. ``llm-signal`` (the ``llm`` extra) measures, on one model
+(``--model``, ``--task``, ``--task-options``), how much of an ES step and of a GRPO step is
+signal: each method's gradient noise scale in completions.
 
 The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
@@ -36,9 +38,9 @@ from pathlib import Path
 from typing import Callable
 
 BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "int8", "llm-generate", "llm",
-              "mup-transfer")
+              "llm-signal", "mup-transfer")
 # CLI names that are not the module's name under hyperscalees.benchmarks (a module name has no hyphen).
-MODULES = {"llm-generate": "llm_generate", "mup-transfer": "mup_transfer"}
+MODULES = {"llm-generate": "llm_generate", "llm-signal": "llm_signal", "mup-transfer": "mup_transfer"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
@@ -46,8 +48,9 @@ OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds"
              "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}),
              "plot": frozenset({"rl", "llm", "mup-transfer"}),
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
-             "model": frozenset({"llm"}), "warm_start_minutes": frozenset({"llm"}), "tune": frozenset({"llm"}),
-             "task": frozenset({"llm"}), "task_options": frozenset({"llm"}), "warm_start_options": frozenset({"llm"}),
+             "model": frozenset({"llm", "llm-signal"}), "warm_start_minutes": frozenset({"llm"}),
+             "tune": frozenset({"llm"}), "task": frozenset({"llm", "llm-signal"}),
+             "task_options": frozenset({"llm", "llm-signal"}), "warm_start_options": frozenset({"llm"}),
              "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"}), "settings": frozenset({"llm"}),
              "models": frozenset({"llm-generate"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
@@ -101,7 +104,8 @@ def register(subparsers) -> None:
                    help="rl, llm: draw eval return (rl) or train reward (llm) vs wall clock of every method and seed "
                         "to this PNG; mup-transfer: loss vs lr/sigma per width (needs matplotlib)")
     p.add_argument("--model", default=None, metavar="DIR",
-                   help="llm only: the local model folder ES and GRPO fine-tune")
+                   help="llm: the local model folder ES and GRPO fine-tune; llm-signal: the model whose steps are "
+                        "measured")
     p.add_argument("--warm-start-minutes", type=_positive_float, default=None, metavar="M",
                    help="llm only: build a small Llama, train it by backprop on the task's solutions for M minutes, "
                         "and fine-tune that (demonstration 1)")
@@ -109,9 +113,11 @@ def register(subparsers) -> None:
                    help="llm only: task options for the warm start alone, over --task-options, e.g. "
                         "'{\"train_size\": 64}' (a warm start on 64 problems; ES and GRPO train on them all)")
     p.add_argument("--task", default=None, metavar="NAME",
-                   help="llm only: the task both methods train on (default: the demonstration's, see the guide)")
+                   help="llm, llm-signal: the task both methods train on (default: llm the demonstration's, see the "
+                        "guide; llm-signal countdown)")
     p.add_argument("--task-options", default=None, metavar="JSON",
-                   help="llm only: the task's options as JSON (default: the demonstration's with its task, else none)")
+                   help="llm, llm-signal: the task's options as JSON (default: llm the demonstration's with its "
+                        "task, else none)")
     p.add_argument("--tune", action="store_true", default=None,
                    help="llm only: first train each method's grid (the same number of settings for ES and GRPO) on "
                         "--tuning-seeds and pick its settings by validation accuracy (validation problems: never a training or test one)")

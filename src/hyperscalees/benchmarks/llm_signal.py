@@ -1,0 +1,287 @@
+"""Question: how much of one ES step, and of one GRPO step, is signal rather than noise, per completion spent?
+
+Both methods move a language model along an estimate ĝ of a gradient g built from n completions:
+ES (``train llm``) from N members × P prompts scored by the verifier, normalised per prompt
+(``es.gradient_estimate``, ES's step before its optimizer); GRPO (TRL's ``GRPOTrainer``, the
+``dapo`` loss of its first, on-policy step) from P prompts × G sampled completions with
+group-normalised advantages: ĝ = Σ_i A_i Σ_t ∇ log π(token_it) / tokens. Their difference on a CPU
+is what a completion buys, and that is measurable without training either.
+
+The measure is the gradient noise scale (McCandlish et al. 2018, "An Empirical Model of
+Large-Batch Training"): with per-completion covariance Σ, E|ĝ|² = |g|² + tr(Σ)/n, and
+
+    B_noise = tr(Σ) / |g|²     (completions; the step size at which a step is half signal)
+    signal  = |g|² / E|ĝ|² = n / (n + B_noise)    (= cos² between a step and g)
+
+A step of n ≪ B_noise completions is mostly noise, and a method needs about B_noise/n more steps
+than at its ideal batch. Both are read from M independent estimates (fresh prompts, fresh ES
+noise or sampling draws) through their Gram matrix: |g|² is the mean dot product of two different
+estimates (unbiased, since they are independent), E|ĝ|² the mean squared norm; a jackknife over the
+estimates gives the standard error. The two methods follow different objectives (ES: the reward of
+greedy answers, smoothed by the parameter noise; GRPO: the expected reward of answers sampled at
+temperature 1), so their B_noise compare what each step buys of its own direction; ``agreement``
+is the cosine between the two expected directions (ĝ_ES · ĝ_GRPO of independent estimates over
+|g_ES| |g_GRPO|). Directions are read over the weights ES evolves (``llm.evolving``: every block
+matrix); GRPO's optimizer (Adam) and ES's (SGD) come after, and are not part of this.
+
+Rows: ES at 32, 128, 512 and 2,048 members × 4 prompts, GRPO at 16, 64 and 256 prompts × 8
+completions (128, 512, 2,048 and 8,192 completions a step; 128 and 2,048 are the sizes ``bench
+llm`` and ``bench/gpu_session.sh`` train at); σ 1e-2 (the CPU tuning's choice), greedy members,
+the task's default options unless given (``--task``, ``--task-options``), 16 estimates a row. Each row's completions/s is the time its estimates
+took here, one after another in this process (ES: generate and score; GRPO: generate, score,
+forward and backward).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from torch import Tensor
+
+from .. import llm
+from .base import BenchSetupError, Report, environment
+from .grpo_run import STOP, cut
+
+QUESTION = ("gradient noise scale B_noise (completions) and signal share of one step, ES (EGGROLL, normalised "
+            "per prompt) vs GRPO (dapo loss, on-policy), on one model and task")
+COLUMNS = ["method", "setting", "completions", "estimates", "signal", "signal_se", "b_noise", "b_noise_lo",
+           "b_noise_hi", "s_per_estimate", "completions_per_s"]
+SIGMA = 1e-2  # the CPU tuning's choice for ES on both demonstration tasks (docs/llm-vs-grpo.md)
+GROUP = 8  # GRPO's completions per prompt (the tuned setting)
+EPS = 1e-4  # TRL's: advantages = (r - mean) / (std + 1e-4)
+
+
+# -- the statistics (pure) -------------------------------------------------------------------------
+def gram(estimates: Tensor) -> Tensor:
+    """(M, M) dot products of M flattened estimates (M, d), in float64."""
+    e = estimates.double()
+    return e @ e.T
+
+
+def _moments(g: Tensor) -> tuple[float, float]:
+    """(|g|² unbiased: mean off-diagonal, E|ĝ|²: mean diagonal) of a Gram matrix of independent estimates."""
+    m = g.shape[0]
+    diag = float(g.diagonal().sum())
+    return (float(g.sum()) - diag) / (m * (m - 1)), diag / m
+
+
+def noise_scale(g: Tensor, completions: int) -> dict[str, float]:
+    """Signal share, B_noise and their jackknife spread from the Gram matrix ``g`` (M, M) of M ≥ 3
+    independent estimates, each from ``completions`` completions (see the module docstring).
+
+    ``signal`` = |g|²/E|ĝ|² (0 or below: no signal detected, ``b_noise`` inf; nan when every estimate
+    is zero); ``b_noise`` = n(1/signal - 1);
+    ``signal_se`` the jackknife standard error of ``signal``, ``b_noise_lo``/``_hi`` B_noise at
+    signal ± one standard error (hi inf when signal - se <= 0)."""
+    m = g.shape[0]
+    if g.shape != (m, m) or m < 3:
+        raise ValueError(f"need the (M, M) Gram matrix of M >= 3 estimates, got shape {tuple(g.shape)}")
+    if isinstance(completions, bool) or not isinstance(completions, int) or completions < 1:
+        raise ValueError(f"completions must be a whole number >= 1, got {completions!r}")
+    signal_sq, mean_sq = _moments(g)
+    if not mean_sq > 0:  # every estimate is zero: no reward varied, nothing to measure
+        nan = math.nan
+        return {"signal": nan, "signal_se": nan, "b_noise": nan, "b_noise_lo": nan, "b_noise_hi": nan,
+                "grad_sq": 0.0, "estimate_sq": 0.0}
+    signal = signal_sq / mean_sq
+    keep = torch.ones(m, dtype=torch.bool)
+    loo = []
+    for i in range(m):  # leave-one-out
+        keep[i] = False
+        s, ms = _moments(g[keep][:, keep])
+        loo.append(s / ms if ms > 0 else 0.0)
+        keep[i] = True
+    mean_loo = sum(loo) / m
+    se = math.sqrt((m - 1) / m * sum((x - mean_loo) ** 2 for x in loo))
+
+    def b(share: float) -> float:
+        return completions * (1 / share - 1) if share > 0 else math.inf
+
+    return {"signal": signal, "signal_se": se, "b_noise": b(signal), "b_noise_lo": b(min(signal + se, 1.0)),
+            "b_noise_hi": b(signal - se), "grad_sq": signal_sq, "estimate_sq": mean_sq}
+
+
+def agreement(a: Tensor, b: Tensor, a_sq: float, b_sq: float) -> float:
+    """cos(g_a, g_b) of two expected directions from independent estimates ``a`` (Ma, d) and ``b`` (Mb, d)
+    and the unbiased |g_a|², |g_b|² (nan where either is not positive)."""
+    if a_sq <= 0 or b_sq <= 0:
+        return math.nan
+    return float((a.double().mean(0) @ b.double().mean(0)) / math.sqrt(a_sq * b_sq))
+
+
+# -- the two estimators --------------------------------------------------------------------------
+def flat(grads: dict[str, Tensor], names: list[str]) -> Tensor:
+    """One float32 CPU vector of ``grads`` in ``names`` order."""
+    return torch.cat([grads[n].detach().reshape(-1).float().cpu() for n in names])
+
+
+def es_estimate(es, tokenizer, task, prompts: list[str], sampling: llm.Sampling, step: int, names: list[str],
+                chunk: int = 64) -> tuple[Tensor, int]:
+    """ES's gradient estimate at ``step`` (its noise) on ``prompts``: (flat vector in ``names`` order,
+    completions)."""
+    from ..llm.generate import complete_chunk
+    es.strategy.set_step(step)
+    n, p = es.population, len(prompts)
+    scores = []
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        with es.perturbed((lo, hi), repeated=True):
+            texts, _, _ = complete_chunk(es.model, tokenizer, prompts, sampling, (lo, hi), step)
+        scores += [task.reward(prompts[r % p], t) for r, t in enumerate(texts)]
+    fitness = torch.tensor(scores, dtype=torch.float32).view(n, p)
+    return flat(es.gradient_estimate(fitness), names), n * p
+
+
+def completion_mask(tokens: Tensor, lengths: Tensor, eos: int | None) -> tuple[Tensor, Tensor]:
+    """(tokens with the end token restored, mask) of completions as TRL masks them: every token up to
+    and including the first end token. ``llm.complete`` pads from a row's end on, end token
+    included; a row shorter than the width ended at its end token."""
+    width = tokens.shape[1]
+    ended = lengths < width
+    tokens = tokens.clone()
+    if eos is not None:
+        rows = ended.nonzero().flatten()
+        tokens[rows, lengths[rows]] = eos
+    upto = lengths + (ended & (eos is not None)).long()
+    return tokens, torch.arange(width)[None, :] < upto[:, None]
+
+
+def grpo_direction(model, tokenizer, prompts: list[str], tokens: Tensor, lengths: Tensor, rewards: Tensor,
+                   params: dict[str, Tensor], rows_per_pass: int = 256) -> Tensor:
+    """GRPO's first-step ascent direction over ``params`` (flat, in their order) for sampled completions.
+
+    ``tokens``/``lengths`` (G·P rows, member-major: row g·P + j answers prompt j) as ``llm.complete``
+    returns them, ``rewards`` (G, P). TRL 1.x's ``dapo`` loss at ratio 1, beta 0: advantages
+    A = (r - group mean) / (group std + 1e-4) per prompt, direction ∇ Σ_i A_i Σ_t log π(token_it) / tokens,
+    tokens up to and including each row's end token. Rows go through forward and backward
+    ``rows_per_pass`` at a time (memory), their gradients summed."""
+    from ..llm.generate import encode_prompts
+    p = len(prompts)
+    adv = ((rewards - rewards.mean(0)) / (rewards.std(0) + EPS)).reshape(-1)
+    device = next(model.parameters()).device
+    ids, mask = encode_prompts(tokenizer, prompts, device)
+    reps = tokens.shape[0] // p
+    ids, mask = ids.repeat(reps, 1), mask.repeat(reps, 1)
+    tokens, cmask = completion_mask(tokens.cpu(), lengths.cpu(), tokenizer.eos_token_id)
+    tokens, cmask = tokens.to(device), cmask.to(device)
+    total = cmask.sum().clamp(min=1)
+    names = list(params)
+    out = [torch.zeros_like(params[n], dtype=torch.float32) for n in names]
+    for lo in range(0, tokens.shape[0], rows_per_pass):
+        sl = slice(lo, lo + rows_per_pass)
+        full, att = torch.cat([ids[sl], tokens[sl]], 1), torch.cat([mask[sl], cmask[sl].long()], 1)
+        pos = (att.cumsum(1) - 1).clamp(min=0)  # left padding: positions count real tokens, as generate's do
+        with torch.enable_grad():
+            logits = model(input_ids=full, attention_mask=att, position_ids=pos).logits[:, ids.shape[1] - 1:-1]
+            logp = torch.log_softmax(logits.float(), -1).gather(-1, tokens[sl][..., None]).squeeze(-1)
+            objective = (adv[sl].to(device, logp.dtype)[:, None] * logp * cmask[sl]).sum() / total
+            grads = torch.autograd.grad(objective, [params[n] for n in names], allow_unused=True)
+        for acc, g in zip(out, grads):
+            if g is not None:
+                acc += g.float()
+    return flat(dict(zip(names, out)), names)
+
+
+def grpo_estimate(model, tokenizer, task, prompts: list[str], generations: int, max_new_tokens: int,
+                  seed: int, params: dict[str, Tensor]) -> tuple[Tensor, int]:
+    """GRPO's first-step direction on ``prompts``: (flat ascent direction over ``params``, completions).
+
+    As ``bench llm`` runs TRL: ``generations`` completions per prompt sampled at temperature 1 (no
+    stop string: up to the end token or ``max_new_tokens``), the task's reward on each completion
+    cut after ``</answer>``, then :func:`grpo_direction`."""
+    sampling = llm.Sampling(max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0)
+    p = len(prompts)
+    texts, new, lengths = llm.complete(model, tokenizer, prompts, sampling, repeats=generations, seed=seed)
+    rewards = torch.tensor([task.reward(prompts[r % p], cut(t, STOP)) for r, t in enumerate(texts)],
+                           dtype=torch.float64).view(generations, p)
+    return grpo_direction(model, tokenizer, prompts, new, lengths, rewards, params), generations * p
+
+
+# -- the benchmark -------------------------------------------------------------------------------
+def configs(quick: bool) -> dict:
+    """ES rows (members, prompts) and GRPO rows (prompts, completions per prompt), estimates per row."""
+    if quick:
+        return dict(es=[(8, 2)], grpo=[(2, 8)], estimates=3, max_new_tokens=32)
+    return dict(es=[(32, 4), (128, 4), (512, 4), (2048, 4)], grpo=[(16, GROUP), (64, GROUP), (256, GROUP)],
+                estimates=16, max_new_tokens=64)
+
+
+def _load(model: str | None, quick: bool, device: str):
+    if model:
+        return llm.load_causal_lm(model, device=device)
+    if not quick:
+        raise BenchSetupError("llm-signal needs --model (a local model folder, e.g. bench/models/countdown_char_llama)")
+    from ..llm.warm import char_llama
+    m, tok = char_llama(hidden=16, layers=1, heads=2)  # --quick: a random model, to check the pipeline
+    return m.to(device), tok
+
+
+def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=None, task_options=None) -> Report:
+    from ..nn.module_es import EGGROLL
+    from .llm import with_task
+    c = configs(quick)
+    t = with_task({"task": "countdown", "task_options": {}}, task, task_options)
+    from ..tasks.llm import LLM_TASKS
+    seed = 0  # draws the training problems; the estimates' own noise is keyed per estimate
+    problems = LLM_TASKS[t["task"]](seed=seed, options=t["task_options"])
+    lm, tok = _load(model, quick, device)
+    lm.eval()
+    es_map = llm.evolving(lm)
+    named = dict(lm.named_parameters())
+    params = {n: named[n] for n in es_map if n != "*"}  # the weights ES evolves; GRPO's direction is read on them
+    m = c["estimates"]
+    greedy = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=(STOP,))
+    offset = 0  # every estimate reads train problems no other estimate reads
+
+    def fresh(count: int) -> list[str]:
+        nonlocal offset
+        offset += count
+        return problems.prompts("train", offset - count, count)
+
+    rows, vectors, stats = [], {}, {}
+    for method, sizes in (("es", c["es"]), ("grpo", c["grpo"])):
+        for a, b in sizes:
+            setting = f"{a} members x {b} prompts" if method == "es" else f"{a} prompts x {b} completions"
+            log(f"llm-signal: {method} {setting}: {m} estimates")
+            if method == "es":
+                es = EGGROLL(lm, population=a, sigma=SIGMA, rank=1, lr=1.0, optimizer="sgd", seed=seed,
+                             es_map=es_map, group_fitness="per_group")
+            est, t0 = [], time.perf_counter()
+            for k in range(m):
+                if method == "es":
+                    v, n = es_estimate(es, tok, problems, fresh(b), greedy, step=k, names=list(params))
+                else:
+                    v, n = grpo_estimate(lm, tok, problems, fresh(a), b, c["max_new_tokens"],
+                                         seed=seed * 1_000_003 + offset, params=params)
+                est.append(v)
+            seconds = (time.perf_counter() - t0) / m
+            e = torch.stack(est)
+            s = noise_scale(gram(e), n)
+            vectors[(method, n)], stats[(method, n)] = e, s
+            rows.append([method, setting, n, m, s["signal"], s["signal_se"], s["b_noise"], s["b_noise_lo"],
+                         s["b_noise_hi"], seconds, n / seconds])
+            log(f"  signal {s['signal']:.4f} ± {s['signal_se']:.4f}, B_noise {s['b_noise']:.3g} completions, "
+                f"{seconds:.2f} s per estimate")
+    summary, notes = {}, []
+    for n in sorted({k[1] for k in stats if k[0] == "es"} & {k[1] for k in stats if k[0] == "grpo"}):
+        es_s, gr_s = stats[("es", n)], stats[("grpo", n)]
+        summary[f"agreement_{n}"] = agreement(vectors[("es", n)], vectors[("grpo", n)], es_s["grad_sq"],
+                                              gr_s["grad_sq"])
+    rate = {meth: [r[-1] for r in rows if r[0] == meth] for meth in ("es", "grpo")}
+    summary["es_over_grpo_completions_per_s"] = (sum(rate["es"]) / len(rate["es"])) / (
+        sum(rate["grpo"]) / len(rate["grpo"]))
+    for meth in ("es", "grpo"):  # the largest row: signal grows with n, its standard error does not
+        best = stats[max(k for k in stats if k[0] == meth)]
+        summary |= {f"{meth}_b_noise": best["b_noise"], f"{meth}_b_noise_lo": best["b_noise_lo"],
+                    f"{meth}_b_noise_hi": best["b_noise_hi"]}
+    summary["es_over_grpo_b_noise"] = summary["es_b_noise"] / summary["grpo_b_noise"]
+    notes.append("signal = |g|^2 / E|g_hat|^2 = cos^2(step, expected step); b_noise = completions x (1/signal - 1): "
+                 "a step of n completions is n / (n + b_noise) signal; the summary's b_noise is each method's "
+                 "largest row's")
+    notes.append(f"directions over the {sum(p.numel() for p in params.values()):,} weights ES evolves; sigma {SIGMA}; "
+                 f"train problems of task seed {seed}, none read twice; {m} estimates a row")
+    return Report(name="llm-signal", question=QUESTION, columns=COLUMNS, rows=rows, summary=summary, notes=notes,
+                  details={"environment": environment(), "model": model, "task": t["task"],
+                           "task_options": t["task_options"], "seed": seed, "sigma": SIGMA,
+                           "max_new_tokens": c["max_new_tokens"]})
