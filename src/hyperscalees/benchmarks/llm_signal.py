@@ -24,9 +24,10 @@ is the cosine between the two expected directions (ĝ_ES · ĝ_GRPO of independe
 |g_ES| |g_GRPO|). Directions are read over the weights ES evolves (``llm.evolving``: every block
 matrix); GRPO's optimizer (Adam) and ES's (SGD) come after, and are not part of this.
 
-Rows: ES at 32, 128, 512 and 2,048 members × 4 prompts, GRPO at 16, 64 and 256 prompts × 8
-completions (128, 512, 2,048 and 8,192 completions a step; 128 and 2,048 are the sizes ``bench
-llm`` and ``bench/gpu_session.sh`` train at); σ 1e-2 (the CPU tuning's choice), greedy members,
+Rows: ES at 32, 512, 2,048 and 4,096 members × 4 prompts (128 to 16,384 completions a step: ES's
+signal is small, and only large steps show it above the estimate's error), GRPO at 16, 64 and 256
+prompts × 8 completions (128, 512 and 2,048; 128 and 2,048 are the sizes ``bench llm`` and
+``bench/gpu_session.sh`` train at); σ 1e-2 (the CPU tuning's choice), greedy members,
 the task's default options unless given (``--task``, ``--task-options``), 16 estimates a row. Each row's completions/s is the time its estimates
 took here, one after another in this process (ES: generate and score; GRPO: generate, score,
 forward and backward).
@@ -38,6 +39,8 @@ import time
 
 import torch
 from torch import Tensor
+
+from tqdm import tqdm
 
 from .. import llm
 from .base import BenchSetupError, Report, environment
@@ -203,7 +206,7 @@ def configs(quick: bool) -> dict:
     """ES rows (members, prompts) and GRPO rows (prompts, completions per prompt), estimates per row."""
     if quick:
         return dict(es=[(8, 2)], grpo=[(2, 8)], estimates=3, max_new_tokens=32)
-    return dict(es=[(32, 4), (128, 4), (512, 4), (2048, 4)], grpo=[(16, GROUP), (64, GROUP), (256, GROUP)],
+    return dict(es=[(32, 4), (512, 4), (2048, 4), (4096, 4)], grpo=[(16, GROUP), (64, GROUP), (256, GROUP)],
                 estimates=16, max_new_tokens=64)
 
 
@@ -248,7 +251,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
                 es = EGGROLL(lm, population=a, sigma=SIGMA, rank=1, lr=1.0, optimizer="sgd", seed=seed,
                              es_map=es_map, group_fitness="per_group")
             est, t0 = [], time.perf_counter()
-            for k in range(m):
+            for k in tqdm(range(m), desc=f"{method}, {a * b} completions", unit="estimate", leave=False,
+                          disable=quick):
                 if method == "es":
                     v, n = es_estimate(es, tok, problems, fresh(b), greedy, step=k, names=list(params))
                 else:
@@ -264,10 +268,6 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
             log(f"  signal {s['signal']:.4f} ± {s['signal_se']:.4f}, B_noise {s['b_noise']:.3g} completions, "
                 f"{seconds:.2f} s per estimate")
     summary, notes = {}, []
-    for n in sorted({k[1] for k in stats if k[0] == "es"} & {k[1] for k in stats if k[0] == "grpo"}):
-        es_s, gr_s = stats[("es", n)], stats[("grpo", n)]
-        summary[f"agreement_{n}"] = agreement(vectors[("es", n)], vectors[("grpo", n)], es_s["grad_sq"],
-                                              gr_s["grad_sq"])
     rate = {meth: [r[-1] for r in rows if r[0] == meth] for meth in ("es", "grpo")}
     summary["es_over_grpo_completions_per_s"] = (sum(rate["es"]) / len(rate["es"])) / (
         sum(rate["grpo"]) / len(rate["grpo"]))
@@ -276,6 +276,9 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
         summary |= {f"{meth}_b_noise": best["b_noise"], f"{meth}_b_noise_lo": best["b_noise_lo"],
                     f"{meth}_b_noise_hi": best["b_noise_hi"]}
     summary["es_over_grpo_b_noise"] = summary["es_b_noise"] / summary["grpo_b_noise"]
+    largest = {meth: max(k for k in stats if k[0] == meth) for meth in ("es", "grpo")}
+    summary["agreement"] = agreement(vectors[largest["es"]], vectors[largest["grpo"]],
+                                     stats[largest["es"]]["grad_sq"], stats[largest["grpo"]]["grad_sq"])
     notes.append("signal = |g|^2 / E|g_hat|^2 = cos^2(step, expected step); b_noise = completions x (1/signal - 1): "
                  "a step of n completions is n / (n + b_noise) signal; the summary's b_noise is each method's "
                  "largest row's")

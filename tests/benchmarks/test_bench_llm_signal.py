@@ -1,0 +1,147 @@
+"""bench llm-signal: the gradient noise scale from independent estimates, and the two methods' directions."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from hyperscalees.benchmarks import llm_signal as sig
+
+MODEL = Path(__file__).resolve().parents[2] / "bench" / "models" / "countdown_char_llama"
+COUNTDOWN3 = {"min_numbers": 3, "max_numbers": 3, "max_value": 9, "min_target": 10, "max_target": 50}
+
+
+def unit(d: int = 40_000, seed: int = 0) -> torch.Tensor:
+    g = torch.randn(d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return g / g.norm()
+
+
+def synthetic(b_noise: float, n: int, m: int, g: torch.Tensor | None = None, seed: int = 0) -> torch.Tensor:
+    """M estimates of the unit gradient g, each the mean of n completions whose covariance has trace b_noise."""
+    g = unit() if g is None else g
+    noise = torch.randn(m, g.numel(), generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    return g + noise * math.sqrt(b_noise / (g.numel() * n))
+
+
+@pytest.mark.parametrize("b_noise,n", [(500.0, 128), (50_000.0, 2048), (2_000.0, 16)])
+def test_noise_scale_recovers_a_known_b_noise(b_noise, n):
+    s = sig.noise_scale(sig.gram(synthetic(b_noise, n, m=24)), n)
+    assert s["signal"] == pytest.approx(n / (n + b_noise), rel=0.1)
+    assert s["b_noise"] == pytest.approx(b_noise, rel=0.15)
+    assert 0 < s["signal_se"] < s["signal"]
+    assert s["b_noise_lo"] <= s["b_noise"] <= s["b_noise_hi"]
+    assert s["grad_sq"] == pytest.approx(1.0, rel=0.1)
+
+
+def test_pure_noise_reads_as_no_signal_within_its_error():
+    e = torch.randn(16, 30_000, generator=torch.Generator().manual_seed(1))
+    s = sig.noise_scale(sig.gram(e), 64)
+    assert abs(s["signal"]) < 3 * s["signal_se"] + 1e-3
+    assert s["b_noise_hi"] == math.inf
+
+
+def test_zero_estimates_measure_nothing():
+    s = sig.noise_scale(sig.gram(torch.zeros(4, 10)), 8)
+    assert math.isnan(s["signal"]) and math.isnan(s["b_noise"]) and s["grad_sq"] == 0.0
+
+
+@pytest.mark.parametrize("shape,n,match", [((2, 2), 8, "M >= 3"), ((3, 4), 8, r"\(M, M\)"),
+                                           ((3, 3), 0, "completions"), ((3, 3), True, "completions")])
+def test_noise_scale_refuses_bad_input(shape, n, match):
+    with pytest.raises(ValueError, match=match):
+        sig.noise_scale(torch.eye(*shape), n)
+
+
+def test_agreement_reads_the_angle_between_expected_directions():
+    """Independent estimates (other noise) of the same, the opposite, a half-aligned and an unrelated gradient."""
+    g, h = unit(seed=2), unit(seed=3)
+    a = synthetic(2_000.0, 64, m=12, g=g, seed=10)
+    sq = lambda e: sig.noise_scale(sig.gram(e), 64)["grad_sq"]
+    for other, cos in ((g, 1.0), (-g, -1.0), ((g + h) / (g + h).norm(), (1 + g @ h) / (g + h).norm()), (h, 0.0)):
+        b = synthetic(2_000.0, 64, m=12, g=other, seed=20)
+        assert sig.agreement(a, b, sq(a), sq(b)) == pytest.approx(float(cos), abs=0.05)
+    assert math.isnan(sig.agreement(a, a, 0.0, sq(a)))
+
+
+def test_completion_mask_keeps_the_end_token_as_trl_does():
+    pad, eos = 0, 2
+    tokens = torch.tensor([[5, 6, pad, pad], [7, 8, 9, 10]])
+    lengths = torch.tensor([2, 4])  # row 0 ended at its end token (overwritten by padding), row 1 ran out
+    out, mask = sig.completion_mask(tokens, lengths, eos)
+    assert out.tolist() == [[5, 6, eos, pad], [7, 8, 9, 10]]
+    assert mask.tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert sig.completion_mask(tokens, lengths, None)[1][0].tolist() == [True, True, False, False]
+
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+@pytest.fixture(scope="module")
+def model():
+    from hyperscalees import llm
+    return llm.load_causal_lm(str(MODEL))
+
+
+def test_grpo_direction_matches_a_row_by_row_reference(model):
+    """The batched, left-padded, chunked direction against each completion scored alone, unpadded."""
+    from hyperscalees import llm
+    lm, tok = model
+    prompts = ["Using the numbers 6, 2, 4, write", "Using the numbers 8, 7, 3, write an expression"]
+    sampling = llm.Sampling(max_new_tokens=6, do_sample=True, temperature=1.0)
+    _, new, lengths = llm.complete(lm, tok, prompts, sampling, repeats=3, seed=5)
+    rewards = torch.tensor([[1.0, 0.1], [0.0, 0.1], [1.0, 1.0]], dtype=torch.float64)  # (G, P)
+    params = {n: p for n, p in lm.named_parameters() if n.endswith("down_proj.weight")}
+    got = sig.grpo_direction(lm, tok, prompts, new, lengths, rewards, params, rows_per_pass=4)
+
+    adv = ((rewards - rewards.mean(0)) / (rewards.std(0) + sig.EPS)).reshape(-1)
+    tokens, mask = sig.completion_mask(new, lengths, tok.eos_token_id)
+    total = mask.sum()
+    objective = 0
+    for r in range(tokens.shape[0]):
+        prompt = tok(prompts[r % 2], return_tensors="pt", add_special_tokens=False)["input_ids"]
+        answer = tokens[r][mask[r]][None]
+        logits = lm(input_ids=torch.cat([prompt, answer], 1)).logits[0, prompt.shape[1] - 1:-1]
+        objective = objective + adv[r] * torch.log_softmax(logits, -1).gather(-1, answer[0][:, None]).sum() / total
+    ref = sig.flat(dict(zip(params, torch.autograd.grad(objective, list(params.values())))), list(params))
+    assert got.norm() > 0
+    torch.testing.assert_close(got, ref.float(), rtol=1e-4, atol=1e-7)
+
+
+def test_es_estimate_is_a_pure_function_of_its_step(model):
+    from hyperscalees import llm
+    from hyperscalees.nn.module_es import EGGROLL
+    from hyperscalees.tasks.llm import LLM_TASKS
+    lm, tok = model
+    task = LLM_TASKS["countdown"](seed=0, options=COUNTDOWN3)
+    es = EGGROLL(lm, population=8, sigma=sig.SIGMA, rank=1, lr=1.0, optimizer="sgd", es_map=llm.evolving(lm),
+                 group_fitness="per_group")
+    names = [n for n in llm.evolving(lm) if n != "*"]
+    greedy = llm.Sampling(max_new_tokens=32, stop=("</answer>",))
+    prompts = task.prompts("train", 0, 2)
+    a, n = sig.es_estimate(es, tok, task, prompts, greedy, step=3, names=names)
+    b, _ = sig.es_estimate(es, tok, task, prompts, greedy, step=1, names=names)
+    c, _ = sig.es_estimate(es, tok, task, prompts, greedy, step=3, names=names)
+    assert n == 16 and a.numel() == sum(p.numel() for k, p in lm.named_parameters() if k in names)
+    assert torch.equal(a, c) and not torch.equal(a, b)
+    assert all(torch.equal(p, q) for p, q in zip(lm.parameters(), llm.load_causal_lm(str(MODEL))[0].parameters()))
+
+
+def test_cli_quick_run_reports_both_methods(tmp_path, capsys):
+    from hyperscalees.cli.main import main
+    out = tmp_path / "signal.txt"
+    assert main(["bench", "llm-signal", "--quick", "--json", "--model", str(MODEL), "--task", "countdown",
+                 "--task-options", json.dumps(COUNTDOWN3), "--out", str(out)]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [r["method"] for r in rec["rows"]] == ["es", "grpo"]
+    assert all(r["completions"] == 16 and r["estimates"] == 3 for r in rec["rows"])
+    assert rec["task_options"] == COUNTDOWN3 and out.read_text().splitlines()[-1] == json.dumps(rec)
+
+
+def test_cli_refuses_what_llm_signal_does_not_take(capsys):
+    from hyperscalees.cli.main import main
+    assert main(["bench", "llm-signal", "--budget", "10"]) == 2
+    assert "--budget applies to" in capsys.readouterr().err
+    assert main(["bench", "llm-signal"]) == 1
+    assert "needs --model" in capsys.readouterr().err
