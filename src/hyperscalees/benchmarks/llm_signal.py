@@ -105,12 +105,55 @@ def noise_scale(g: Tensor, completions: int) -> dict[str, float]:
             "b_noise_hi": b(signal - se), "grad_sq": signal_sq, "estimate_sq": mean_sq}
 
 
-def agreement(a: Tensor, b: Tensor, a_sq: float, b_sq: float) -> float:
-    """cos(g_a, g_b) of two expected directions from independent estimates ``a`` (Ma, d) and ``b`` (Mb, d)
-    and the unbiased |g_a|², |g_b|² (nan where either is not positive)."""
-    if a_sq <= 0 or b_sq <= 0:
-        return math.nan
-    return float((a.double().mean(0) @ b.double().mean(0)) / math.sqrt(a_sq * b_sq))
+def pooled_b_noise(rows: list[tuple[int, float, float]]) -> dict[str, float]:
+    """One B_noise from several rows ``(completions n, signal s, its standard error se)`` of one method.
+
+    Each row reads 1/B_noise = s / (n (1 - s)), with standard error se / (n (1 - s)²); their
+    inverse-variance weighted mean x ± e pools them (a small signal is measured best by the rows
+    with the most completions). ``b_noise`` = 1/x, ``b_noise_lo``/``_hi`` at x ± e, and
+    ``b_noise_at_least`` at x + 2e: the bound to quote when the signal hardly shows (inf where
+    x - e or x itself is not positive)."""
+    xs, ws = [], []
+    for n, s, se in rows:
+        if not (math.isfinite(s) and math.isfinite(se) and se > 0 and s < 1):
+            continue
+        xs.append(s / (n * (1 - s)))
+        ws.append((n * (1 - s) ** 2 / se) ** 2)
+    if not xs:
+        return {k: math.nan for k in ("b_noise", "b_noise_lo", "b_noise_hi", "b_noise_at_least")}
+    x = sum(w * v for w, v in zip(ws, xs)) / sum(ws)
+    e = 1 / math.sqrt(sum(ws))
+    inv = lambda v: 1 / v if v > 0 else math.inf
+    return {"b_noise": inv(x), "b_noise_lo": inv(x + e), "b_noise_hi": inv(x - e), "b_noise_at_least": inv(x + 2 * e)}
+
+
+def agreement(cross: Tensor, ga: Tensor, gb: Tensor, min_z: float = 2.0) -> tuple[float, float]:
+    """(cos(g_a, g_b), its jackknife standard error) of two expected directions, from independent
+    estimates: ``cross`` (Ma, Mb) their dot products, ``ga``/``gb`` each side's Gram matrix.
+
+    ĝ_a · ĝ_b of independent estimates is unbiased for g_a · g_b, and the off-diagonal means of
+    ``ga``, ``gb`` for |g_a|², |g_b|². A side whose signal share is under ``min_z`` standard errors
+    gives no usable |g|² to divide by: then (nan, nan). The jackknife leaves out estimate i of
+    both sides (up to the smaller count)."""
+    for g in (ga, gb):
+        s = noise_scale(g, 1)
+        if not s["signal"] >= min_z * s["signal_se"]:
+            return math.nan, math.nan
+    def cos(c, a, b):
+        sa, sb = _moments(a)[0], _moments(b)[0]
+        return float(c.mean()) / math.sqrt(sa * sb) if sa > 0 and sb > 0 else math.nan
+
+    value = cos(cross, ga, gb)
+    m = min(ga.shape[0], gb.shape[0])
+    loo = []
+    for i in range(m):
+        ka = torch.arange(ga.shape[0]) != i
+        kb = torch.arange(gb.shape[0]) != i
+        loo.append(cos(cross[ka][:, kb], ga[ka][:, ka], gb[kb][:, kb]))
+    if any(math.isnan(x) for x in loo):
+        return value, math.nan
+    mean = sum(loo) / m
+    return value, math.sqrt((m - 1) / m * sum((x - mean) ** 2 for x in loo))
 
 
 # -- the two estimators --------------------------------------------------------------------------
@@ -271,17 +314,19 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
     rate = {meth: [r[-1] for r in rows if r[0] == meth] for meth in ("es", "grpo")}
     summary["es_over_grpo_completions_per_s"] = (sum(rate["es"]) / len(rate["es"])) / (
         sum(rate["grpo"]) / len(rate["grpo"]))
-    for meth in ("es", "grpo"):  # the largest row: signal grows with n, its standard error does not
-        best = stats[max(k for k in stats if k[0] == meth)]
-        summary |= {f"{meth}_b_noise": best["b_noise"], f"{meth}_b_noise_lo": best["b_noise_lo"],
-                    f"{meth}_b_noise_hi": best["b_noise_hi"]}
+    for meth in ("es", "grpo"):
+        pooled = pooled_b_noise([(k[1], v["signal"], v["signal_se"]) for k, v in stats.items() if k[0] == meth])
+        summary |= {f"{meth}_{name}": value for name, value in pooled.items()}
     summary["es_over_grpo_b_noise"] = summary["es_b_noise"] / summary["grpo_b_noise"]
-    largest = {meth: max(k for k in stats if k[0] == meth) for meth in ("es", "grpo")}
-    summary["agreement"] = agreement(vectors[largest["es"]], vectors[largest["grpo"]],
-                                     stats[largest["es"]]["grad_sq"], stats[largest["grpo"]]["grad_sq"])
+    summary["es_over_grpo_b_noise_at_least"] = summary["es_b_noise_at_least"] / summary["grpo_b_noise_hi"]
+    a, b = (vectors[max(k for k in stats if k[0] == meth)].double() for meth in ("es", "grpo"))
+    summary["agreement"], summary["agreement_se"] = agreement(a @ b.T, a @ a.T, b @ b.T)
     notes.append("signal = |g|^2 / E|g_hat|^2 = cos^2(step, expected step); b_noise = completions x (1/signal - 1): "
-                 "a step of n completions is n / (n + b_noise) signal; the summary's b_noise is each method's "
-                 "largest row's")
+                 "a step of n completions is n / (n + b_noise) signal")
+    notes.append("the summary pools each method's rows (pooled_b_noise): lo/hi at one standard error, at_least at "
+                 "two; es_over_grpo_b_noise_at_least = es at_least / grpo hi")
+    notes.append("agreement: cos(expected ES step, expected GRPO step) from each method's largest row, with its "
+                 "jackknife standard error (n/a when a side's signal is under two standard errors)")
     notes.append(f"directions over the {sum(p.numel() for p in params.values()):,} weights ES evolves; sigma {SIGMA}; "
                  f"train problems of task seed {seed}, none read twice; {m} estimates a row")
     return Report(name="llm-signal", question=QUESTION, columns=COLUMNS, rows=rows, summary=summary, notes=notes,
