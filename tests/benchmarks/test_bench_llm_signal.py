@@ -160,3 +160,13 @@ def test_cli_refuses_what_llm_signal_does_not_take(capsys):
     assert "--budget applies to" in capsys.readouterr().err
     assert main(["bench", "llm-signal"]) == 1
     assert "needs --model" in capsys.readouterr().err
+
+
+def test_draw_plots_a_saved_record(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [{"method": "es", "completions": n, "signal": s, "signal_se": 4e-4} for n, s in ((128, -3e-4), (16384, 1.5e-3))]
+    rows += [{"method": "grpo", "completions": n, "signal": n / (n + 850), "signal_se": 0.03} for n in (128, 2048)]
+    record = {"rows": rows, "task": "countdown", "es_b_noise": 1.6e7, "es_b_noise_lo": 1.1e7, "es_b_noise_hi": None,
+              "grpo_b_noise": 850.0, "grpo_b_noise_lo": 780.0, "grpo_b_noise_hi": 950.0}
+    sig.draw(record, tmp_path / "signal.png")
+    assert (tmp_path / "signal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

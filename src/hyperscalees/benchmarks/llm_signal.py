@@ -263,7 +263,8 @@ def _load(model: str | None, quick: bool, device: str):
     return m.to(device), tok
 
 
-def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=None, task_options=None) -> Report:
+def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=None, task_options=None,
+        plot=None) -> Report:
     from ..nn.module_es import EGGROLL
     from .llm import with_task
     c = configs(quick)
@@ -329,7 +330,52 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
                  "jackknife standard error (n/a when a side's signal is under two standard errors)")
     notes.append(f"directions over the {sum(p.numel() for p in params.values()):,} weights ES evolves; sigma {SIGMA}; "
                  f"train problems of task seed {seed}, none read twice; {m} estimates a row")
-    return Report(name="llm-signal", question=QUESTION, columns=COLUMNS, rows=rows, summary=summary, notes=notes,
-                  details={"environment": environment(), "model": model, "task": t["task"],
-                           "task_options": t["task_options"], "seed": seed, "sigma": SIGMA,
-                           "max_new_tokens": c["max_new_tokens"]})
+    rep = Report(name="llm-signal", question=QUESTION, columns=COLUMNS, rows=rows, summary=summary, notes=notes,
+                 details={"environment": environment(), "model": model, "task": t["task"],
+                          "task_options": t["task_options"], "seed": seed, "sigma": SIGMA,
+                          "max_new_tokens": c["max_new_tokens"]})
+    if plot:
+        draw(rep.to_dict(), plot)
+    return rep
+
+
+def draw(record: dict, path, title: str = "") -> None:
+    """Signal share of one step against completions a step, both methods, from a run's JSON record:
+    each row's share (a downward triangle at share + 2 standard errors where it does not show) and
+    the curve n / (n + B_noise) of each method's pooled B_noise, shaded between its bounds."""
+    from ..engine.plotting import pyplot, save_figure
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    colors = {"es": "tab:blue", "grpo": "tab:orange"}
+    labels = {"es": "ES (EGGROLL)", "grpo": "GRPO (TRL, dapo)"}
+    rows = record["rows"]
+    ns = [r["completions"] for r in rows]
+    grid = [min(ns) / 2 * (max(ns) * 8 / min(ns)) ** (k / 99) for k in range(100)]
+    floor = 1e-6
+    for meth, color in colors.items():
+        mine = [r for r in rows if r["method"] == meth]
+        seen = [r for r in mine if r["signal"] is not None and r["signal"] > 2 * r["signal_se"]]
+        unseen = [r for r in mine if r not in seen and r["signal_se"] is not None]
+        if seen:
+            ax.errorbar([r["completions"] for r in seen], [r["signal"] for r in seen],
+                        yerr=[r["signal_se"] for r in seen], fmt="o", color=color, capsize=3, label=labels[meth])
+        if unseen:
+            ax.plot([r["completions"] for r in unseen], [max(r["signal"] + 2 * r["signal_se"], floor) for r in unseen],
+                    "v", color=color, markerfacecolor="none", label=f"{labels[meth]}: not detected (below)")
+        b, lo, hi = (record.get(f"{meth}_{k}") for k in ("b_noise", "b_noise_lo", "b_noise_hi"))
+        if b:
+            ax.plot(grid, [n / (n + b) for n in grid], color=color, lw=1,
+                    label=f"n / (n + B_noise), B_noise {b:,.0f}")
+            if lo and hi:
+                ax.fill_between(grid, [n / (n + hi) for n in grid], [n / (n + lo) for n in grid], color=color,
+                                alpha=0.15, lw=0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(floor, 1.2)
+    ax.set_xlabel("completions a step (n)")
+    ax.set_ylabel("signal share of one step, cos² to its expectation")
+    ax.set_title(title or f"how much of a step is signal: {record.get('task', '')}", fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    save_figure(fig, path, dpi=90)

@@ -46,7 +46,7 @@ CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
 OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm", "mup-transfer"}),
              "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}),
-             "plot": frozenset({"rl", "llm", "mup-transfer"}),
+             "plot": frozenset({"rl", "llm", "llm-signal", "mup-transfer"}),
              "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
              "model": frozenset({"llm", "llm-signal"}), "warm_start_minutes": frozenset({"llm"}),
              "tune": frozenset({"llm"}), "task": frozenset({"llm", "llm-signal"}),
@@ -102,7 +102,8 @@ def register(subparsers) -> None:
                    help="rl, llm: wall-clock budget of every run, ES and PPO/GRPO alike (default: rl 300, llm 240; --quick: rl 60, llm 3)")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
                    help="rl, llm: draw eval return (rl) or train reward (llm) vs wall clock of every method and seed "
-                        "to this PNG; mup-transfer: loss vs lr/sigma per width (needs matplotlib)")
+                        "to this PNG; mup-transfer: loss vs lr/sigma per width; llm-signal: signal share vs completions "
+                        "a step (needs matplotlib)")
     p.add_argument("--model", default=None, metavar="DIR",
                    help="llm: the local model folder ES and GRPO fine-tune; llm-signal: the model whose steps are "
                         "measured")
