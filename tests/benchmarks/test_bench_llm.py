@@ -102,7 +102,7 @@ def test_supervise_lowers_the_loss_on_the_completion():
 
 def test_llm_only_flags_are_refused_elsewhere(capsys):
     assert main(["bench", "throughput", "--model", "x"]) == 2
-    assert "--model applies to llm only" in capsys.readouterr().err
+    assert "--model applies to llm | llm-signal only" in capsys.readouterr().err
     assert main(["bench", "int8", "--warm-start-minutes", "1"]) == 2
     assert "--warm-start-minutes applies to llm only" in capsys.readouterr().err  # the flag as typed
 
