@@ -170,3 +170,24 @@ def test_draw_plots_a_saved_record(tmp_path):
               "grpo_b_noise": 850.0, "grpo_b_noise_lo": 780.0, "grpo_b_noise_hi": 950.0}
     sig.draw(record, tmp_path / "signal.png")
     assert (tmp_path / "signal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_settings_choose_what_is_measured():
+    c = sig.with_settings(sig.configs(False), {"es": {"sigma": 0.03, "temperature": 0.5, "members": [2048, 4096]},
+                                               "estimates": 8, "evolve": "*.mlp.*"})
+    assert c["es"] == [(2048, 4), (4096, 4)] and c["grpo"] == []  # only the methods named run
+    assert (c["sigma"], c["temperature"], c["estimates"], c["evolve"]) == (0.03, 0.5, 8, ["*.mlp.*"])
+    default = sig.with_settings(sig.configs(False), {})
+    assert default["es"] == sig.configs(False)["es"] and default["grpo"] and default["sigma"] == sig.SIGMA
+    assert sig.with_settings(sig.configs(False), '{"grpo": {"prompts": [4]}}')["grpo"] == [(4, sig.GROUP)]
+
+
+@pytest.mark.parametrize("settings,match", [
+    ({"ES": {}}, "unknown key 'ES'"), ({"es": {"lr": 1}}, "es takes a JSON object"),
+    ({"es": {"members": [3]}}, "even"), ({"es": {"sigma": 0}}, "sigma must be a number > 0"),
+    ({"es": {"temperature": -1}}, "temperature"), ({"grpo": {"generations": 1}}, "generations"),
+    ({"estimates": 2}, "estimates"), ({"evolve": ""}, "evolve"), ("[1]", "JSON object")])
+def test_settings_refuse_bad_values(settings, match):
+    from hyperscalees.benchmarks.base import BenchSetupError
+    with pytest.raises(BenchSetupError, match=match):
+        sig.with_settings(sig.configs(False), settings)

@@ -253,6 +253,70 @@ def configs(quick: bool) -> dict:
                 estimates=16, max_new_tokens=64)
 
 
+SETTINGS = {"es": {"sigma", "temperature", "members", "prompts"}, "grpo": {"prompts", "generations"},
+            "evolve": None, "estimates": None}
+
+
+def with_settings(c: dict, settings) -> dict:
+    """``c`` changed by ``--settings`` (JSON text or a dict), each value checked; naming a method runs
+    only the methods named. Keys: ``es`` {sigma, temperature (members sample, twins with common
+    noise, as ``train llm --temperature``), members (a list), prompts}, ``grpo`` {prompts (a list),
+    generations}, ``evolve`` (glob patterns of the weights both read, as ``train llm --evolve``),
+    ``estimates`` (per row, >= 3)."""
+    from .llm import _json_object
+    given = _json_object(settings, "--settings")
+    bad = sorted(set(given) - set(SETTINGS))
+    if bad:
+        raise BenchSetupError(f"--settings: unknown key {bad[0]!r}; keys are {sorted(SETTINGS)}")
+    c = {**c, "sigma": SIGMA, "temperature": 0.0}
+    methods = [m for m in ("es", "grpo") if m in given] or ["es", "grpo"]
+
+    def whole(v, low, what):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise BenchSetupError(f"--settings: {what} must be a whole number >= {low}, got {v!r}")
+        return v
+
+    def listed(v, low, what, even=False):
+        v = v if isinstance(v, list) else [v]
+        if not v:
+            raise BenchSetupError(f"--settings: {what} must list at least one size")
+        out = [whole(x, low, what) for x in v]
+        if even and any(x % 2 for x in out):
+            raise BenchSetupError(f"--settings: {what} must be even (antithetic pairs), got {v!r}")
+        return out
+
+    for meth in ("es", "grpo"):
+        own = given.get(meth, {})
+        if not isinstance(own, dict) or set(own) - SETTINGS[meth]:
+            raise BenchSetupError(f"--settings: {meth} takes a JSON object with keys {sorted(SETTINGS[meth])}, "
+                                  f"got {own!r}")
+        if meth not in methods:
+            c[meth] = []
+        elif meth == "es":
+            prompts = whole(own.get("prompts", c["es"][0][1]), 1, "es prompts")
+            members = listed(own["members"], 2, "es members", even=True) if "members" in own else [
+                a for a, _ in c["es"]]
+            c["es"] = [(a, prompts) for a in members]
+            for key, low in (("sigma", 0.0), ("temperature", 0.0)):
+                v = own.get(key, c[key])
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low or (
+                        key == "sigma" and v == 0):
+                    raise BenchSetupError(f"--settings: es {key} must be a number {'> 0' if key == 'sigma' else '>= 0'}"
+                                          f", got {v!r}")
+                c[key] = float(v)
+        else:
+            generations = whole(own.get("generations", c["grpo"][0][1]), 2, "grpo generations")
+            prompts = listed(own["prompts"], 1, "grpo prompts") if "prompts" in own else [a for a, _ in c["grpo"]]
+            c["grpo"] = [(a, generations) for a in prompts]
+    if "estimates" in given:
+        c["estimates"] = whole(given["estimates"], 3, "estimates")
+    if "evolve" in given:
+        if not isinstance(given["evolve"], str) or not given["evolve"].strip():
+            raise BenchSetupError(f"--settings: evolve must be comma-separated glob patterns, got {given['evolve']!r}")
+        c["evolve"] = [p.strip() for p in given["evolve"].split(",") if p.strip()]
+    return c
+
+
 def _load(model: str | None, quick: bool, device: str):
     if model:
         return llm.load_causal_lm(model, device=device)
@@ -264,21 +328,27 @@ def _load(model: str | None, quick: bool, device: str):
 
 
 def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=None, task_options=None,
-        plot=None) -> Report:
+        plot=None, settings=None) -> Report:
     from ..nn.module_es import EGGROLL
     from .llm import with_task
-    c = configs(quick)
+    c = with_settings(configs(quick), settings if settings is not None else {})
     t = with_task({"task": "countdown", "task_options": {}}, task, task_options)
     from ..tasks.llm import LLM_TASKS
     seed = 0  # draws the training problems; the estimates' own noise is keyed per estimate
     problems = LLM_TASKS[t["task"]](seed=seed, options=t["task_options"])
     lm, tok = _load(model, quick, device)
     lm.eval()
-    es_map = llm.evolving(lm)
+    try:
+        es_map = llm.evolving(lm, include=c.get("evolve"))
+    except ValueError as e:
+        raise BenchSetupError(f"--settings evolve: {e}") from None
     named = dict(lm.named_parameters())
     params = {n: named[n] for n in es_map if n != "*"}  # the weights ES evolves; GRPO's direction is read on them
     m = c["estimates"]
-    greedy = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=(STOP,))
+    members_sample = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=(STOP,))
+    if c["temperature"] > 0:  # as train llm --temperature: twins sample with the same random numbers
+        members_sample = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=(STOP,), do_sample=True,
+                                      temperature=c["temperature"], common_noise=True)
     offset = 0  # every estimate reads train problems no other estimate reads
 
     def fresh(count: int) -> list[str]:
@@ -292,13 +362,13 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
             setting = f"{a} members x {b} prompts" if method == "es" else f"{a} prompts x {b} completions"
             log(f"llm-signal: {method} {setting}: {m} estimates")
             if method == "es":
-                es = EGGROLL(lm, population=a, sigma=SIGMA, rank=1, lr=1.0, optimizer="sgd", seed=seed,
+                es = EGGROLL(lm, population=a, sigma=c["sigma"], rank=1, lr=1.0, optimizer="sgd", seed=seed,
                              es_map=es_map, group_fitness="per_group")
             est, t0 = [], time.perf_counter()
             for k in tqdm(range(m), desc=f"{method}, {a * b} completions", unit="estimate", leave=False,
                           disable=quick):
                 if method == "es":
-                    v, n = es_estimate(es, tok, problems, fresh(b), greedy, step=k, names=list(params))
+                    v, n = es_estimate(es, tok, problems, fresh(b), members_sample, step=k, names=list(params))
                 else:
                     v, n = grpo_estimate(lm, tok, problems, fresh(a), b, c["max_new_tokens"],
                                          seed=seed * 1_000_003 + offset, params=params)
@@ -312,27 +382,33 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
             log(f"  signal {s['signal']:.4f} ± {s['signal_se']:.4f}, B_noise {s['b_noise']:.3g} completions, "
                 f"{seconds:.2f} s per estimate")
     summary, notes = {}, []
-    rate = {meth: [r[-1] for r in rows if r[0] == meth] for meth in ("es", "grpo")}
-    summary["es_over_grpo_completions_per_s"] = (sum(rate["es"]) / len(rate["es"])) / (
-        sum(rate["grpo"]) / len(rate["grpo"]))
-    for meth in ("es", "grpo"):
+    ran = [meth for meth in ("es", "grpo") if any(k[0] == meth for k in stats)]
+    for meth in ran:
         pooled = pooled_b_noise([(k[1], v["signal"], v["signal_se"]) for k, v in stats.items() if k[0] == meth])
         summary |= {f"{meth}_{name}": value for name, value in pooled.items()}
-    summary["es_over_grpo_b_noise"] = summary["es_b_noise"] / summary["grpo_b_noise"]
-    summary["es_over_grpo_b_noise_at_least"] = summary["es_b_noise_at_least"] / summary["grpo_b_noise_hi"]
-    a, b = (vectors[max(k for k in stats if k[0] == meth)].double() for meth in ("es", "grpo"))
-    summary["agreement"], summary["agreement_se"] = agreement(a @ b.T, a @ a.T, b @ b.T)
+    if ran == ["es", "grpo"]:
+        rate = {meth: [r[-1] for r in rows if r[0] == meth] for meth in ran}
+        summary["es_over_grpo_completions_per_s"] = (sum(rate["es"]) / len(rate["es"])) / (
+            sum(rate["grpo"]) / len(rate["grpo"]))
+        summary["es_over_grpo_b_noise"] = summary["es_b_noise"] / summary["grpo_b_noise"]
+        summary["es_over_grpo_b_noise_at_least"] = summary["es_b_noise_at_least"] / summary["grpo_b_noise_hi"]
+        a, b = (vectors[max(k for k in stats if k[0] == meth)].double() for meth in ran)
+        summary["agreement"], summary["agreement_se"] = agreement(a @ b.T, a @ a.T, b @ b.T)
     notes.append("signal = |g|^2 / E|g_hat|^2 = cos^2(step, expected step); b_noise = completions x (1/signal - 1): "
                  "a step of n completions is n / (n + b_noise) signal")
     notes.append("the summary pools each method's rows (pooled_b_noise): lo/hi at one standard error, at_least at "
                  "two; es_over_grpo_b_noise_at_least = es at_least / grpo hi")
     notes.append("agreement: cos(expected ES step, expected GRPO step) from each method's largest row, with its "
                  "jackknife standard error (n/a when a side's signal is under two standard errors)")
-    notes.append(f"directions over the {sum(p.numel() for p in params.values()):,} weights ES evolves; sigma {SIGMA}; "
+    members = f"members sample at temperature {c['temperature']} (twins: common noise)" if c["temperature"] > 0 \
+        else "greedy members"
+    notes.append(f"directions over the {sum(p.numel() for p in params.values()):,} weights ES evolves"
+                 f"{' (' + ', '.join(c['evolve']) + ')' if c.get('evolve') else ''}; ES sigma {c['sigma']}, {members}; "
                  f"train problems of task seed {seed}, none read twice; {m} estimates a row")
     rep = Report(name="llm-signal", question=QUESTION, columns=COLUMNS, rows=rows, summary=summary, notes=notes,
                  details={"environment": environment(), "model": model, "task": t["task"],
-                          "task_options": t["task_options"], "seed": seed, "sigma": SIGMA,
+                          "task_options": t["task_options"], "seed": seed, "sigma": c["sigma"],
+                          "temperature": c["temperature"], "evolve": c.get("evolve"),
                           "max_new_tokens": c["max_new_tokens"]})
     if plot:
         draw(rep.to_dict(), plot)

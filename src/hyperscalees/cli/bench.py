@@ -51,7 +51,7 @@ OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds"
              "model": frozenset({"llm", "llm-signal"}), "warm_start_minutes": frozenset({"llm"}),
              "tune": frozenset({"llm"}), "task": frozenset({"llm", "llm-signal"}),
              "task_options": frozenset({"llm", "llm-signal"}), "warm_start_options": frozenset({"llm"}),
-             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"}), "settings": frozenset({"llm"}),
+             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"}), "settings": frozenset({"llm", "llm-signal"}),
              "models": frozenset({"llm-generate"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
@@ -129,7 +129,9 @@ def register(subparsers) -> None:
     p.add_argument("--settings", default=None, metavar="JSON",
                    help="llm only: each method's settings instead of its defaults, no tuning, e.g. "
                         "'{\"es\": {\"lr\": 1e-4, \"sigma\": 1e-2, \"optimizer\": \"sgd\", \"population\": 512}, "
-                        "\"grpo\": {\"learning_rate\": 3e-4, \"prompts\": 16}}' (settings a tuning chose, on fresh seeds)")
+                        "\"grpo\": {\"learning_rate\": 3e-4, \"prompts\": 16}}' (settings a tuning chose, on fresh seeds); "
+                        "llm-signal: what to measure, e.g. '{\"es\": {\"sigma\": 3e-2, \"members\": [2048, 4096]}}' "
+                        "(only the methods named run; keys in llm_signal.SETTINGS)")
     p.add_argument("--side-by-side", action="store_true", default=None,
                    help="llm only: run each seed's ES and GRPO runs (and each tuning setting pair) at the same "
                         "time, one per core: both meet the same contention, in half the wall clock; needs "
