@@ -21,7 +21,8 @@ and ``--tune`` (with ``--tuning-seeds``) to choose both methods' settings on a g
 on N held-out problems; ``--settings JSON`` runs given settings (no tuning); ``--device cuda``
 trains and scores on the GPU. ``llm-signal`` (the ``llm`` extra) measures, on one model
 (``--model``, ``--task``, ``--task-options``), how much of an ES step and of a GRPO step is
-signal: each method's gradient noise scale in completions.
+signal: each method's gradient noise scale in completions (``--settings`` picks the settings and
+step sizes, ``--plot`` draws signal against step size).
 
 The comparison with other PyPI ES libraries is not here: it installs them into throw-away
 venvs, a dev tool rather than library code, so it ships as ``bench/peers.py`` in the
