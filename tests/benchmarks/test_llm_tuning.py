@@ -231,7 +231,7 @@ def test_settings_and_tune_are_one_or_the_other(fake_runs, capsys):
     assert main(["bench", "llm", "--model", "m", "--tune", "--settings", '{"es": {"lr": 1e-4}}']) == 1
     assert "use one" in capsys.readouterr().err and not fake_runs
     assert main(["bench", "rl", "--settings", "{}"]) == 2
-    assert "--settings applies to llm only" in capsys.readouterr().err
+    assert "--settings applies to llm | llm-signal only" in capsys.readouterr().err
 
 
 def test_every_grid_setting_passes_the_settings_check():
