@@ -101,3 +101,18 @@ def test_a_bigram_start_keeps_its_embedding_and_head_at_a_fraction_of_the_lr(tmp
     assert bigram == [{"params": ["embed.weight", "head.weight"], "lr_scale": BIGRAM_LR_SCALE, "name": "bigram"}]
     plain = LMTask(seed=0, options={"model": "egg", "hidden": 16, "layers": 1, "data": str(data)})
     assert all(g["name"] != "bigram" for g in plain.es_options(plain.build_model()).get("groups", []))
+
+
+def test_the_bigram_start_is_the_same_every_time():
+    """The same inputs give the same model, bit for bit (the least-squares head once varied per call)."""
+    tokens, _ = markov_tokens(24, 20_000)
+    lp, weights = bigram_log2(tokens, 24)
+    states = []
+    for _ in range(4):
+        torch.manual_seed(0)
+        model = Egg(vocab_size=24, dim=32, layers=2)
+        states.append((init_from_bigram(model, lp, weights), {k: v.clone() for k, v in model.state_dict().items()}))
+        model_bits(model, tokens[:4000])  # other work between the calls (the old head varied after it)
+    for bits, sd in states[1:]:
+        assert bits == states[0][0]
+        assert all(torch.equal(v, states[0][1][k]) for k, v in sd.items())
