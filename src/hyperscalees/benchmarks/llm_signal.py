@@ -69,6 +69,21 @@ def _moments(g: Tensor) -> tuple[float, float]:
     return (float(g.sum()) - diag) / (m * (m - 1)), diag / m
 
 
+def _jackknife(statistic, m: int) -> float:
+    """The jackknife standard error of ``statistic(keep)`` over M estimates (``keep``: a bool mask
+    leaving one out); nan if a leave-one-out value is."""
+    keep = torch.ones(m, dtype=torch.bool)
+    loo = []
+    for i in range(m):
+        keep[i] = False
+        loo.append(statistic(keep))
+        keep[i] = True
+    if any(math.isnan(x) for x in loo):
+        return math.nan
+    mean = sum(loo) / m
+    return math.sqrt((m - 1) / m * sum((x - mean) ** 2 for x in loo))
+
+
 def noise_scale(g: Tensor, completions: int) -> dict[str, float]:
     """Signal share, B_noise and their jackknife spread from the Gram matrix ``g`` (M, M) of M ≥ 3
     independent estimates, each from ``completions`` completions (see the module docstring).
@@ -88,15 +103,12 @@ def noise_scale(g: Tensor, completions: int) -> dict[str, float]:
         return {"signal": nan, "signal_se": nan, "b_noise": nan, "b_noise_lo": nan, "b_noise_hi": nan,
                 "grad_sq": 0.0, "estimate_sq": 0.0}
     signal = signal_sq / mean_sq
-    keep = torch.ones(m, dtype=torch.bool)
-    loo = []
-    for i in range(m):  # leave-one-out
-        keep[i] = False
+
+    def share(keep: Tensor) -> float:
         s, ms = _moments(g[keep][:, keep])
-        loo.append(s / ms if ms > 0 else 0.0)
-        keep[i] = True
-    mean_loo = sum(loo) / m
-    se = math.sqrt((m - 1) / m * sum((x - mean_loo) ** 2 for x in loo))
+        return s / ms if ms > 0 else 0.0
+
+    se = _jackknife(share, m)
 
     def b(share: float) -> float:
         return completions * (1 / share - 1) if share > 0 else math.inf
@@ -139,21 +151,20 @@ def agreement(cross: Tensor, ga: Tensor, gb: Tensor, min_z: float = 2.0) -> tupl
         s = noise_scale(g, 1)
         if not s["signal"] >= min_z * s["signal_se"]:
             return math.nan, math.nan
+
     def cos(c, a, b):
         sa, sb = _moments(a)[0], _moments(b)[0]
         return float(c.mean()) / math.sqrt(sa * sb) if sa > 0 and sb > 0 else math.nan
 
-    value = cos(cross, ga, gb)
     m = min(ga.shape[0], gb.shape[0])
-    loo = []
-    for i in range(m):
-        ka = torch.arange(ga.shape[0]) != i
-        kb = torch.arange(gb.shape[0]) != i
-        loo.append(cos(cross[ka][:, kb], ga[ka][:, ka], gb[kb][:, kb]))
-    if any(math.isnan(x) for x in loo):
-        return value, math.nan
-    mean = sum(loo) / m
-    return value, math.sqrt((m - 1) / m * sum((x - mean) ** 2 for x in loo))
+    ones_a, ones_b = torch.ones(ga.shape[0], dtype=torch.bool), torch.ones(gb.shape[0], dtype=torch.bool)
+
+    def left_out(keep: Tensor) -> float:  # estimate i of both sides left out
+        ka, kb = ones_a.clone(), ones_b.clone()
+        ka[:m], kb[:m] = keep, keep
+        return cos(cross[ka][:, kb], ga[ka][:, ka], gb[kb][:, kb])
+
+    return cos(cross, ga, gb), _jackknife(left_out, m)
 
 
 # -- the two estimators --------------------------------------------------------------------------
