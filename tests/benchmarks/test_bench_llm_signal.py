@@ -191,3 +191,18 @@ def test_settings_refuse_bad_values(settings, match):
     from hyperscalees.benchmarks.base import BenchSetupError
     with pytest.raises(BenchSetupError, match=match):
         sig.with_settings(sig.configs(False), settings)
+
+
+def test_gram_of_a_list_matches_the_stacked_gram():
+    g = torch.Generator().manual_seed(3)
+    est = [torch.randn(10_000, generator=g) for _ in range(4)]
+    assert torch.allclose(sig.gram_of(est), sig.gram(torch.stack(est)), rtol=1e-12, atol=1e-9)
+    assert sig.cross_of(est[:2], est[2:]).shape == (2, 2)
+    assert torch.allclose(sig.cross_of(est[:2], est[2:]), sig.gram(torch.stack(est))[:2, 2:], rtol=1e-12, atol=1e-9)
+
+
+def test_max_new_tokens_setting():
+    assert sig.with_settings(sig.configs(False), {"max_new_tokens": 24})["max_new_tokens"] == 24
+    from hyperscalees.benchmarks.base import BenchSetupError
+    with pytest.raises(BenchSetupError, match="max_new_tokens must be a whole number >= 1, got 0"):
+        sig.with_settings(sig.configs(False), {"max_new_tokens": 0})

@@ -62,6 +62,20 @@ def gram(estimates: Tensor) -> Tensor:
     return e @ e.T
 
 
+def cross_of(a: list[Tensor], b: list[Tensor]) -> Tensor:
+    """(len(a), len(b)) float64 dot products of two lists of flat estimates, one pair at a time: no
+    (M, d) copy, which for a pretrained model's hundred million weights is gigabytes."""
+    def dot(x: Tensor, y: Tensor, chunk: int = 1 << 22) -> float:
+        return sum(float(torch.dot(x[i:i + chunk].double(), y[i:i + chunk].double())) for i in range(0, len(x), chunk))
+
+    return torch.tensor([[dot(x, y) for y in b] for x in a], dtype=torch.float64)
+
+
+def gram_of(estimates: list[Tensor]) -> Tensor:
+    """:func:`gram` of a list of flat estimates, built one dot product at a time (see :func:`cross_of`)."""
+    return cross_of(estimates, estimates)
+
+
 def _moments(g: Tensor) -> tuple[float, float]:
     """(|g|² unbiased: mean off-diagonal, E|ĝ|²: mean diagonal) of a Gram matrix of independent estimates."""
     m = g.shape[0]
@@ -265,7 +279,7 @@ def configs(quick: bool) -> dict:
 
 
 SETTINGS = {"es": {"sigma", "temperature", "members", "prompts"}, "grpo": {"prompts", "generations"},
-            "evolve": None, "estimates": None}
+            "evolve": None, "estimates": None, "max_new_tokens": None}
 
 
 def with_settings(c: dict, settings) -> dict:
@@ -273,7 +287,7 @@ def with_settings(c: dict, settings) -> dict:
     only the methods named. Keys: ``es`` {sigma, temperature (members sample, twins with common
     noise, as ``train llm --temperature``), members (a list), prompts}, ``grpo`` {prompts (a list),
     generations}, ``evolve`` (glob patterns of the weights both read, as ``train llm --evolve``),
-    ``estimates`` (per row, >= 3)."""
+    ``estimates`` (per row, >= 3), ``max_new_tokens`` (both methods' answer length, >= 1)."""
     from .llm import _json_object
     given = _json_object(settings, "--settings")
     bad = sorted(set(given) - set(SETTINGS))
@@ -321,6 +335,8 @@ def with_settings(c: dict, settings) -> dict:
             c["grpo"] = [(a, generations) for a in prompts]
     if "estimates" in given:
         c["estimates"] = whole(given["estimates"], 3, "estimates")
+    if "max_new_tokens" in given:
+        c["max_new_tokens"] = whole(given["max_new_tokens"], 1, "max_new_tokens")
     if "evolve" in given:
         if not isinstance(given["evolve"], str) or not given["evolve"].strip():
             raise BenchSetupError(f"--settings: evolve must be comma-separated glob patterns, got {given['evolve']!r}")
@@ -385,9 +401,13 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
                                          seed=seed * 1_000_003 + offset, params=params)
                 est.append(v)
             seconds = (time.perf_counter() - t0) / m
-            e = torch.stack(est)
-            s = noise_scale(gram(e), n)
-            vectors[(method, n)], stats[(method, n)] = e, s
+            s = noise_scale(gram_of(est), n)
+            stats[(method, n)] = s
+            agree = bool(c["es"]) and bool(c["grpo"])
+            if agree and n >= max((k[1] for k in vectors if k[0] == method), default=0):  # the agreement reads only
+                vectors = {k: v for k, v in vectors.items() if k[0] != method}  # each method's largest row:
+                vectors[(method, n)] = est                                       # a pretrained model's are GBs
+            del est
             rows.append([method, setting, n, m, s["signal"], s["signal_se"], s["b_noise"], s["b_noise_lo"],
                          s["b_noise_hi"], seconds, n / seconds])
             log(f"  signal {s['signal']:.4f} ± {s['signal_se']:.4f}, B_noise {s['b_noise']:.3g} completions, "
@@ -403,8 +423,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
             sum(rate["grpo"]) / len(rate["grpo"]))
         summary["es_over_grpo_b_noise"] = summary["es_b_noise"] / summary["grpo_b_noise"]
         summary["es_over_grpo_b_noise_at_least"] = summary["es_b_noise_at_least"] / summary["grpo_b_noise_hi"]
-        a, b = (vectors[max(k for k in stats if k[0] == meth)].double() for meth in ran)
-        summary["agreement"], summary["agreement_se"] = agreement(a @ b.T, a @ a.T, b @ b.T)
+        a, b = (vectors[max(k for k in stats if k[0] == meth)] for meth in ran)
+        summary["agreement"], summary["agreement_se"] = agreement(cross_of(a, b), gram_of(a), gram_of(b))
     notes.append("signal = |g|^2 / E|g_hat|^2 = cos^2(step, expected step); b_noise = completions x (1/signal - 1): "
                  "a step of n completions is n / (n + b_noise) signal")
     notes.append("the summary pools each method's rows (pooled_b_noise): lo/hi at one standard error, at_least at "
