@@ -206,3 +206,17 @@ def test_max_new_tokens_setting():
     from hyperscalees.benchmarks.base import BenchSetupError
     with pytest.raises(BenchSetupError, match="max_new_tokens must be a whole number >= 1, got 0"):
         sig.with_settings(sig.configs(False), {"max_new_tokens": 0})
+
+
+def test_pass_rows_bounds_grpo_memory_by_model_size():
+    from types import SimpleNamespace
+    smol = SimpleNamespace(hidden_size=576, num_hidden_layers=30, intermediate_size=1536, num_attention_heads=9,
+                           vocab_size=49152)
+    rows = sig.pass_rows(smol, 88)
+    assert 1 <= rows <= 16  # SmolLM2-135M at 88 tokens: 128 rows in one pass ran out of 23 GB
+    per_token = 4 * (30 * (8 * 576 + 4 * 1536 + 9 * 88) + 3 * 49152)
+    assert rows * 88 * per_token <= sig.PASS_BYTES < (rows + 1) * 88 * per_token
+    tiny = SimpleNamespace(hidden_size=64, num_hidden_layers=2, intermediate_size=256, num_attention_heads=4,
+                           vocab_size=32)
+    assert sig.pass_rows(tiny, 96) == 256  # a small model keeps the old one-pass batches
+    assert sig.pass_rows(smol, 10**6) == 1  # never zero

@@ -218,15 +218,30 @@ def completion_mask(tokens: Tensor, lengths: Tensor, eos: int | None) -> tuple[T
     return tokens, torch.arange(width)[None, :] < upto[:, None]
 
 
+PASS_BYTES = 2 << 30  # what one forward and backward of GRPO's rows may hold in activations
+
+
+def pass_rows(config, width: int, budget: int = PASS_BYTES) -> int:
+    """How many rows of ``width`` tokens one forward and backward holds within ``budget`` bytes: a
+    float32 estimate of what autograd keeps per token (per layer ~8 hidden-sized, 4 MLP-sized and
+    one attention row per head; the logits and their log-softmax and gradient), from a transformers
+    config. SmolLM2-135M keeps ~2 MB a token, so 128 rows of 88 tokens at once would need ~22 GB."""
+    hidden, layers = getattr(config, "hidden_size", 0), getattr(config, "num_hidden_layers", 0)
+    inner = getattr(config, "intermediate_size", None) or 4 * hidden
+    heads, vocab = getattr(config, "num_attention_heads", 1), getattr(config, "vocab_size", 0)
+    per_token = 4 * (layers * (8 * hidden + 4 * inner + heads * width) + 3 * vocab)
+    return max(1, min(256, budget // max(1, per_token * width)))
+
+
 def grpo_direction(model, tokenizer, prompts: list[str], tokens: Tensor, lengths: Tensor, rewards: Tensor,
-                   params: dict[str, Tensor], rows_per_pass: int = 256) -> Tensor:
+                   params: dict[str, Tensor], rows_per_pass: int | None = None) -> Tensor:
     """GRPO's first-step ascent direction over ``params`` (flat, in their order) for sampled completions.
 
     ``tokens``/``lengths`` (G·P rows, member-major: row g·P + j answers prompt j) as ``llm.complete``
     returns them, ``rewards`` (G, P). TRL 1.x's ``dapo`` loss at ratio 1, beta 0: advantages
     A = (r - group mean) / (group std + 1e-4) per prompt, direction ∇ Σ_i A_i Σ_t log π(token_it) / tokens,
     tokens up to and including each row's end token. Rows go through forward and backward
-    ``rows_per_pass`` at a time (memory), their gradients summed."""
+    ``rows_per_pass`` at a time (default: as many as :data:`PASS_BYTES` holds), their gradients summed."""
     from ..llm.generate import encode_prompts
     p = len(prompts)
     adv = ((rewards - rewards.mean(0)) / (rewards.std(0) + EPS)).reshape(-1)
@@ -239,8 +254,9 @@ def grpo_direction(model, tokenizer, prompts: list[str], tokens: Tensor, lengths
     total = cmask.sum().clamp(min=1)
     names = list(params)
     out = [torch.zeros_like(params[n], dtype=torch.float32) for n in names]
-    for lo in range(0, tokens.shape[0], rows_per_pass):
-        sl = slice(lo, lo + rows_per_pass)
+    step = rows_per_pass or pass_rows(model.config, ids.shape[1] + tokens.shape[1])
+    for lo in range(0, tokens.shape[0], step):
+        sl = slice(lo, lo + step)
         full, att = torch.cat([ids[sl], tokens[sl]], 1), torch.cat([mask[sl], cmask[sl].long()], 1)
         pos = (att.cumsum(1) - 1).clamp(min=0)  # left padding: positions count real tokens, as generate's do
         with torch.enable_grad():
