@@ -193,12 +193,13 @@ def test_settings_refuse_bad_values(settings, match):
         sig.with_settings(sig.configs(False), settings)
 
 
-def test_gram_of_a_list_matches_the_stacked_gram():
+def test_gram_of_a_list_matches_the_stacked_products():
     g = torch.Generator().manual_seed(3)
     est = [torch.randn(10_000, generator=g) for _ in range(4)]
-    assert torch.allclose(sig.gram_of(est), sig.gram(torch.stack(est)), rtol=1e-12, atol=1e-9)
-    assert sig.cross_of(est[:2], est[2:]).shape == (2, 2)
-    assert torch.allclose(sig.cross_of(est[:2], est[2:]), sig.gram(torch.stack(est))[:2, 2:], rtol=1e-12, atol=1e-9)
+    e = torch.stack(est).double()
+    assert torch.allclose(sig.gram(est), e @ e.T, rtol=1e-12, atol=1e-9)
+    assert torch.allclose(sig.gram(torch.stack(est)), e @ e.T, rtol=1e-12, atol=1e-9)  # an (M, d) tensor too
+    assert torch.allclose(sig.cross(est[:2], est[2:]), (e @ e.T)[:2, 2:], rtol=1e-12, atol=1e-9)
 
 
 def test_max_new_tokens_setting():

@@ -56,24 +56,19 @@ EPS = 1e-4  # TRL's: advantages = (r - mean) / (std + 1e-4)
 
 
 # -- the statistics (pure) -------------------------------------------------------------------------
-def gram(estimates: Tensor) -> Tensor:
-    """(M, M) dot products of M flattened estimates (M, d), in float64."""
-    e = estimates.double()
-    return e @ e.T
-
-
-def cross_of(a: list[Tensor], b: list[Tensor]) -> Tensor:
-    """(len(a), len(b)) float64 dot products of two lists of flat estimates, one pair at a time: no
-    (M, d) copy, which for a pretrained model's hundred million weights is gigabytes."""
+def cross(a, b) -> Tensor:
+    """(len(a), len(b)) float64 dot products of two sequences of flat estimates (lists of (d,) vectors,
+    or (M, d) tensors), one chunked pair at a time: no (M, d) float64 copy, which for a pretrained
+    model's hundred million weights is gigabytes."""
     def dot(x: Tensor, y: Tensor, chunk: int = 1 << 22) -> float:
         return sum(float(torch.dot(x[i:i + chunk].double(), y[i:i + chunk].double())) for i in range(0, len(x), chunk))
 
-    return torch.tensor([[dot(x, y) for y in b] for x in a], dtype=torch.float64)
+    return torch.tensor([[dot(x, y) for y in b] for x in a], dtype=torch.float64).reshape(len(a), len(b))
 
 
-def gram_of(estimates: list[Tensor]) -> Tensor:
-    """:func:`gram` of a list of flat estimates, built one dot product at a time (see :func:`cross_of`)."""
-    return cross_of(estimates, estimates)
+def gram(estimates) -> Tensor:
+    """(M, M) dot products of M flat estimates (see :func:`cross`), in float64."""
+    return cross(estimates, estimates)
 
 
 def _moments(g: Tensor) -> tuple[float, float]:
@@ -399,7 +394,9 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
         offset += count
         return problems.prompts("train", offset - count, count)
 
-    rows, vectors, stats = [], {}, {}
+    rows, stats = [], {}
+    largest = {}  # method: (completions, estimates, their Gram) of its largest row, for the agreement
+    agree = bool(c["es"]) and bool(c["grpo"])
     for method, sizes in (("es", c["es"]), ("grpo", c["grpo"])):
         for a, b in sizes:
             setting = f"{a} members x {b} prompts" if method == "es" else f"{a} prompts x {b} completions"
@@ -417,12 +414,11 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
                                          seed=seed * 1_000_003 + offset, params=params)
                 est.append(v)
             seconds = (time.perf_counter() - t0) / m
-            s = noise_scale(gram_of(est), n)
+            g = gram(est)
+            s = noise_scale(g, n)
             stats[(method, n)] = s
-            agree = bool(c["es"]) and bool(c["grpo"])
-            if agree and n >= max((k[1] for k in vectors if k[0] == method), default=0):  # the agreement reads only
-                vectors = {k: v for k, v in vectors.items() if k[0] != method}  # each method's largest row:
-                vectors[(method, n)] = est                                       # a pretrained model's are GBs
+            if agree and n >= largest.get(method, (0,))[0]:  # the agreement reads only each method's
+                largest[method] = (n, est, g)                 # largest row: a pretrained model's are GBs
             del est
             rows.append([method, setting, n, m, s["signal"], s["signal_se"], s["b_noise"], s["b_noise_lo"],
                          s["b_noise_hi"], seconds, n / seconds])
@@ -439,8 +435,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
             sum(rate["grpo"]) / len(rate["grpo"]))
         summary["es_over_grpo_b_noise"] = summary["es_b_noise"] / summary["grpo_b_noise"]
         summary["es_over_grpo_b_noise_at_least"] = summary["es_b_noise_at_least"] / summary["grpo_b_noise_hi"]
-        a, b = (vectors[max(k for k in stats if k[0] == meth)] for meth in ran)
-        summary["agreement"], summary["agreement_se"] = agreement(cross_of(a, b), gram_of(a), gram_of(b))
+        (_, a, ga), (_, b, gb) = largest["es"], largest["grpo"]
+        summary["agreement"], summary["agreement_se"] = agreement(cross(a, b), ga, gb)
     notes.append("signal = |g|^2 / E|g_hat|^2 = cos^2(step, expected step); b_noise = completions x (1/signal - 1): "
                  "a step of n completions is n / (n + b_noise) signal")
     notes.append("the summary pools each method's rows (pooled_b_noise): lo/hi at one standard error, at_least at "
