@@ -33,6 +33,9 @@ grammar above (numbers, value and length limits aside: right format, wrong answe
 positive integer; it lies in ``min_target..max_target`` and is none of the numbers. That
 expression is the problem's ``solution``, so every problem is solvable (tested). The validation
 and test splits are disjoint from the training split and each other by content (see ``base.split_of``).
+
+Why not ``reasoning-gym``'s Countdown: its scorer ``eval``s through sympy (``**``, no size bound),
+compares floats, requires every number, and its seeds' problems overlap; the LLM guide says where.
 """
 from __future__ import annotations
 
