@@ -55,6 +55,29 @@ def test_train_llm_scores_held_out_problems_exports_and_resumes_exactly(folder, 
     assert _lines(tmp_path / "part" / "samples.jsonl") == _lines(full["paths"]["samples"])  # resumed samples too
 
 
+def test_the_export_reloaded_in_plain_transformers_reproduces_the_held_out_score(folder, variety, tmp_path, no_plot):
+    """The acceptance's last line: what ``train llm`` exports, loaded by transformers alone and scored by
+    the shared evaluator, gives the run's final held-out metrics and the same answers it logged."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from hyperscalees import llm
+    from hyperscalees.tasks.llm.evaluate import held_out
+    from hyperscalees.tasks.llm.finetune import SAMPLES
+    summary = run(config(folder, tmp_path / "run", steps=3, reward=variety))  # evaluations at steps 2 and 3
+    export = summary["paths"]["export"]
+    plain = AutoModelForCausalLM.from_pretrained(export, local_files_only=True).eval()
+    tok = AutoTokenizer.from_pretrained(export, local_files_only=True)
+    tok.padding_side = "left"
+    records = []
+    metrics = held_out(LLM_TASKS["arithmetic"](), plain, tok, llm.Sampling(max_new_tokens=ARITH["max_new_tokens"]),
+                       ARITH["eval_prompts"], samples=records)
+    assert metrics == summary["metrics"]
+    logged = [r for r in _lines(summary["paths"]["samples"]) if r["step"] == 3]
+    assert len(logged) == SAMPLES and [r["completion"] for r in records[:SAMPLES]] == [r["completion"] for r in logged]
+    start = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    first, _, _ = llm.complete(start, tok, [r["prompt"] for r in logged], llm.Sampling(max_new_tokens=8))
+    assert first != [r["completion"] for r in logged]  # the trained answers are not the starting model's
+
+
 def _lines(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
