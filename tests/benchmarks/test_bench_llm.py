@@ -169,7 +169,10 @@ def test_eval_prompts_reach_both_runners_and_the_scorers(tmp_path):
     c = bench_llm.with_eval_prompts(bench_llm.configs(quick=False), 512)
     assert c["eval_prompts"] == 512 and bench_llm.configs(quick=False)["eval_prompts"] == 128
     es = bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", c)
-    assert vars(parse(build_parser(), es[3:]))["options.eval_prompts"] == 512
+    parsed = vars(parse(build_parser(), es[3:]))
+    assert parsed["options.eval_prompts"] == 512
+    # the benchmark scores the start itself, outside the clock: ES's budget buys training only
+    assert parsed["engine.eval_at_start"] is False
     assert grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, c, 1)[3:]).eval_prompts == 512
 
 

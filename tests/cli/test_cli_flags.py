@@ -25,7 +25,8 @@ ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": (
                  "checkpoint_every": ("2", 2), "checkpoint_minutes": ("2.5", 2.5), "out": ("runs/x", "runs/x"),
                  "resume": ("runs/y", "runs/y"), "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64),
                  "overwrite": (None, True), "tensorboard": ("runs/tb", "runs/tb"),
-                 "restart_patience": ("40", 40), "restart_min_delta": ("1.5", 1.5)}
+                 "restart_patience": ("40", 40), "restart_min_delta": ("1.5", 1.5),
+                 "eval_at_start": (None, True)}
 OPTION_VALUES = {"task": ("arithmetic", "arithmetic"), "task_options": ('{"max_numbers": 3}', '{"max_numbers": 3}'),
                  "reward": ("r.py:score", "r.py:score"), "reward_timeout": ("2.5", 2.5), "prompts": ("3", 3),
                  "max_new_tokens": ("17", 17), "stop": ("END", "END"), "eval_prompts": ("7", 7),

@@ -27,6 +27,23 @@ def test_metrics_files_have_one_row_per_step_and_a_png(tmp_path):
     assert summary["paths"]["plot"] == str(png) and summary["notes"] == []
 
 
+def test_eval_at_start_scores_the_untrained_model_as_step_0(tmp_path):
+    """Off by default (the summary's "before" is None); on, the starting weights are scored before the
+    first step, logged as a step-0 row (CSV too, its step columns empty) and returned as "before"."""
+    cfg = lambda out, **e: make_config("poly", es={"population": 32}, engine={"steps": 4, "eval_every": 2,
+                                                                              "out": str(out), **e})
+    plain = run(cfg(tmp_path / "plain"), LocalBackend)
+    assert plain["before"] is None and read_rows(tmp_path / "plain" / "metrics.jsonl")[0]["step"] == 1
+    summary = run(cfg(tmp_path / "start", eval_at_start=True), LocalBackend)
+    rows = read_rows(tmp_path / "start" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4] and set(rows[0]) == {"step", "time", "mse"}
+    assert summary["before"] == {"mse": rows[0]["mse"]} and rows[0]["mse"] > summary["metrics"]["mse"]  # it learnt
+    with open(tmp_path / "start" / "metrics.csv") as f:
+        first = next(csv.DictReader(f))
+    assert first["step"] == "0" and first["mse"] and not first["fitness_mean"]
+    assert [r.get("mse") for r in rows[1:]] == [r.get("mse") for r in read_rows(tmp_path / "plain" / "metrics.jsonl")]
+
+
 def test_missing_matplotlib_skips_the_plot_with_a_message(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
     summary = run(make_config("xor", es={"population": 16}, engine={"steps": 2, "out": str(tmp_path)}), LocalBackend)

@@ -84,16 +84,36 @@ def _lines(path):
 
 def test_each_evaluation_writes_held_out_samples_and_logs_one(folder, tmp_path, no_plot, capsys):
     from hyperscalees.tasks.llm.finetune import SAMPLES
-    summary = run(config(folder, tmp_path / "run", steps=3))  # evaluations at steps 2 and 3
+    summary = run(config(folder, tmp_path / "run", steps=3))  # evaluations at the start, steps 2 and 3
     rows = _lines(summary["paths"]["samples"])
-    assert [r["step"] for r in rows] == [2] * SAMPLES + [3] * SAMPLES
+    assert [r["step"] for r in rows] == [0] * SAMPLES + [2] * SAMPLES + [3] * SAMPLES
     test = LLM_TASKS["arithmetic"]()
     assert [r["prompt"] for r in rows[:SAMPLES]] == test.prompts("test", 0, SAMPLES)
     for r in rows:
         assert set(r) == {"step", "prompt", "completion", "reward", "correct"}
         assert r["reward"] == test.reward(r["prompt"], r["completion"])  # the verifier's verdict on that answer
     err = capsys.readouterr().err
-    assert err.count("sample at step ") == 2 and "completion=" in err and "reward=" in err
+    assert err.count("sample at step ") == 3 and "completion=" in err and "reward=" in err
+
+
+def test_held_out_accuracy_before_training_is_step_0_and_the_summarys_before(folder, variety, tmp_path, no_plot):
+    """Before, during and after: a fresh run scores its starting model first (train llm's default), as
+    the shared evaluator scores the model folder; a resumed run does not score it again;
+    ``eval_at_start=False`` (bench llm's ES runs, which score the start themselves) skips it."""
+    from hyperscalees import llm
+    from hyperscalees.tasks.llm.evaluate import held_out
+    summary = run(config(folder, tmp_path / "run", steps=2, reward=variety))
+    start, tok = llm.load_causal_lm(folder)
+    expected = held_out(LLM_TASKS["arithmetic"](), start, tok, llm.Sampling(max_new_tokens=ARITH["max_new_tokens"]),
+                        ARITH["eval_prompts"])
+    assert summary["before"] == expected
+    rows = _lines(summary["paths"]["metrics_jsonl"])
+    assert rows[0]["step"] == 0 and {k: rows[0][k] for k in expected} == expected and "fitness_mean" not in rows[0]
+    assert [r["step"] for r in rows[1:]] == [1, 2]
+    resumed = run(config(folder, None, steps=3, resume=str(tmp_path / "run"), reward=variety))
+    assert resumed["before"] is None and [r["step"] for r in _lines(resumed["paths"]["metrics_jsonl"])] == [0, 1, 2, 3]
+    skipped = run(config(folder, tmp_path / "skip", steps=2, reward=variety, eval_at_start=False))
+    assert skipped["before"] is None and _lines(skipped["paths"]["metrics_jsonl"])[0]["step"] == 1
 
 
 def test_the_cli_refuses_a_missing_model_and_bad_task_options(tmp_path, capsys):

@@ -146,7 +146,8 @@ def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, 
             "--prompts", str(tuned.get("prompts", c["prompts"])),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
             "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
-            "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--json", "--out", str(out_dir)]
+            "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--no-eval-at-start",
+            "--json", "--out", str(out_dir)]
     argv += [a for k in ("lr", "sigma", "temperature") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
     argv += ["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else []
     return argv + _device_flag(c)

@@ -67,6 +67,9 @@ HELP = {
     "time_budget": "end the run within SECONDS of wall time, its last validation included (one still running "
                    "then is cut short; lm's test split is scored after)",
     "eval_every": "held-out metrics every K steps",
+    "eval_at_start": "held-out metrics before a fresh run's first step as well: its starting point, logged as step 0 "
+                     "and as the summary's \"before\", inside --time-budget like every evaluation (on by default for "
+                     "llm: --no-eval-at-start skips it)",
     "checkpoint_every": "checkpoint every K steps (0: by time, --checkpoint-minutes)",
     "checkpoint_minutes": "also checkpoint whenever MINUTES of wall time passed since the last one (0: never)",
     "restart_patience": "re-draw the weights and start the update rule afresh after K steps without a better "
@@ -128,7 +131,9 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
     eng = parser.add_argument_group("engine")
     flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps"),
-                                           "eval_every": task_cls.defaults.get("eval_every", EngineConfig.eval_every)},
+                                           "eval_every": task_cls.defaults.get("eval_every", EngineConfig.eval_every),
+                                           "eval_at_start": task_cls.defaults.get("eval_at_start",
+                                                                                  EngineConfig.eval_at_start)},
                                  helps=HELP, metavars=METAVARS)
     eng.add_argument("--chunk-size", dest="engine.chunk", action=StoreExplicit, type=int, default=argparse.SUPPRESS,
                      metavar="N", help="same as --chunk")

@@ -26,6 +26,7 @@ class EngineConfig:
     steps: int = 100                    # total ES steps; a resumed run continues up to this count
     time_budget: float | None = None    # seconds the steps and validations may take (engine/evaluations.py)
     eval_every: int = 10                # held-out metrics every k steps (and always at the end)
+    eval_at_start: bool = False         # also held-out metrics before a fresh run's first step (its start)
     checkpoint_every: int = 0           # steps between checkpoints; 0: by time only (checkpoint_minutes)
     checkpoint_minutes: float = 5.0     # also checkpoint when this much wall time passed since the last (0: never)
     out: str | None = None              # run directory: checkpoint, metrics.jsonl/.csv, curve.png
@@ -159,5 +160,7 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
         engine["steps"] = task_cls.defaults.get("steps", EngineConfig.steps)
     if engine.get("eval_every") is None and "eval_every" in task_cls.defaults:
         engine["eval_every"] = task_cls.defaults["eval_every"]
+    if engine.get("eval_at_start") is None and "eval_at_start" in task_cls.defaults:
+        engine["eval_at_start"] = task_cls.defaults["eval_at_start"]
     return TrainConfig(task=task, strategy=strategy, es=ESConfig(**es), engine=EngineConfig(**engine),
                        options=options)

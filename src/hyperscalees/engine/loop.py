@@ -123,6 +123,8 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
         saved_at = time.perf_counter()  # a long run loses at most checkpoint_minutes to a kill
         with torch.no_grad(), tqdm(total=eng.steps, initial=es.step, desc=cfg.task,
                                    disable=eng.json or not sys.stderr.isatty()) as bar:
+            before = _evaluate_start(evals, task, logger, board, t0) \
+                if eng.eval_at_start and es.step == 0 and not eng.resume else None
             while es.step < eng.steps and not stop.requested:
                 ts = time.perf_counter()
                 restarted = restarts is not None and restarts.due
@@ -169,6 +171,7 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                           extra=_extra(restarts))
         if restarts is not None:
             summary["restarts"] = restarts.count
+        summary["before"] = before
         summary["metrics_step"] = evals.step
         summary["signal"] = signal_name(stop.signum) if stop.requested else None
         summary["notes"] += evals.notes(es.step) + (replacing.notes if replacing else [])
@@ -262,6 +265,20 @@ def _check_population(stats: dict, size: int, step: int, out: Path | None) -> No
     if size and stats["nonfinite"] >= size:
         raise DivergedError(f"every fitness of step {step} is non-finite (NaN or infinite): the run diverged; "
                             f"stopped without saving it, {_kept(out)}. Try a smaller lr or sigma")
+
+
+def _evaluate_start(evals: Evaluations, task: AbstractTask, logger: MetricsLogger | None, board, t0: float) -> dict | None:
+    """The run's starting point (``eval_at_start``): held-out metrics before the first step, logged as
+    step 0 like any evaluation (samples included); None when a stop cut it short."""
+    if not evals.run(0):
+        return None
+    row = {"step": 0, "time": round(time.perf_counter() - t0, 4), **evals.metrics}
+    _show_samples(task, logger, 0)
+    if logger:
+        logger.log(row)
+    if board:
+        board.log(row)
+    return dict(evals.metrics)
 
 
 def _show_samples(task: AbstractTask, logger: MetricsLogger | None, step: int) -> None:

@@ -57,7 +57,8 @@ class AbstractTask:
     Class attributes every task sets:
       ``name``: registry key; ``metric``: the key of :meth:`evaluate` that the progress bar
       shows; ``goal``: "min" or "max" for that metric; ``target``: the value counted as solved;
-      ``defaults``: population, sigma, rank, lr, optimizer and steps that work for this task;
+      ``defaults``: population, sigma, rank, lr, optimizer and steps that work for this task (and
+        optionally eval_every, and eval_at_start: held-out metrics before the first step too);
       ``Options``: a frozen dataclass of task-specific knobs (become CLI flags).
     """
 

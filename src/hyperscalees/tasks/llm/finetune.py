@@ -80,7 +80,8 @@ class LLMTask(AbstractTask):
     metric = "accuracy"
     goal = "max"
     target = None
-    defaults = {"population": 32, "sigma": 1e-3, "rank": 1, "lr": 1e-3, "optimizer": "adam", "steps": 100}
+    defaults = {"population": 32, "sigma": 1e-3, "rank": 1, "lr": 1e-3, "optimizer": "adam", "steps": 100,
+                "eval_at_start": True}  # held-out accuracy before, during and after
     Options = LLMOptions
 
     def __init__(self, seed=0, device=None, options=None):
