@@ -26,6 +26,7 @@ from ..strategies.rules.optimizers import OPTIMIZERS
 from ..strategies.rules import RULES
 from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
 from ..engine.backprop import run_backprop
+from ..engine.config import ENGINE_TASK_DEFAULTS
 from ..tasks import TASKS, get_task
 from .base import (StoreExplicit, add_dataclass_flags, collect, explicit, fail, flag_name, json_line, name_flags,
                    os_error)
@@ -130,10 +131,9 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     es = parser.add_argument_group("evolution strategy")
     flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
     eng = parser.add_argument_group("engine")
+    task_engine = {k: task_cls.defaults.get(k, getattr(EngineConfig, k)) for k in ENGINE_TASK_DEFAULTS}
     flags += add_dataclass_flags(eng, EngineConfig, "engine", defaults={"steps": task_cls.defaults.get("steps"),
-                                           "eval_every": task_cls.defaults.get("eval_every", EngineConfig.eval_every),
-                                           "eval_at_start": task_cls.defaults.get("eval_at_start",
-                                                                                  EngineConfig.eval_at_start)},
+                                                                        **task_engine},
                                  helps=HELP, metavars=METAVARS)
     eng.add_argument("--chunk-size", dest="engine.chunk", action=StoreExplicit, type=int, default=argparse.SUPPRESS,
                      metavar="N", help="same as --chunk")

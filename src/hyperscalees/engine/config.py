@@ -18,6 +18,7 @@ from ..tasks import get_task
 from ..tasks.base import make_options
 
 ES_TASK_DEFAULTS = ("population", "sigma", "rank", "lr", "optimizer")
+ENGINE_TASK_DEFAULTS = ("eval_every", "eval_at_start")  # engine settings a task's `defaults` may choose
 _NULLABLE_ENGINE = ("time_budget", "out", "resume", "device", "chunk", "tensorboard")  # None is a meaningful value here
 
 
@@ -158,9 +159,8 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
         engine.setdefault(k, v)
     if engine.get("steps") is None:
         engine["steps"] = task_cls.defaults.get("steps", EngineConfig.steps)
-    if engine.get("eval_every") is None and "eval_every" in task_cls.defaults:
-        engine["eval_every"] = task_cls.defaults["eval_every"]
-    if engine.get("eval_at_start") is None and "eval_at_start" in task_cls.defaults:
-        engine["eval_at_start"] = task_cls.defaults["eval_at_start"]
+    for k in ENGINE_TASK_DEFAULTS:
+        if engine.get(k) is None and k in task_cls.defaults:
+            engine[k] = task_cls.defaults[k]
     return TrainConfig(task=task, strategy=strategy, es=ESConfig(**es), engine=EngineConfig(**engine),
                        options=options)

@@ -147,10 +147,7 @@ def _run(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start=None) 
                     if restarts is not None:
                         _observe(restarts, task, evals.metrics, es.step)
                 out_of_time = out_of_time or evals.past_deadline()  # a validation ran into the deadline
-                if logger:
-                    logger.log(row)
-                if board:
-                    board.log(row)
+                _log(row, logger, board)
                 bar.update(1)
                 bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
                                 **{task.metric: f"{evals.metrics.get(task.metric, float('nan')):.4g}"},
@@ -267,18 +264,24 @@ def _check_population(stats: dict, size: int, step: int, out: Path | None) -> No
                             f"stopped without saving it, {_kept(out)}. Try a smaller lr or sigma")
 
 
-def _evaluate_start(evals: Evaluations, task: AbstractTask, logger: MetricsLogger | None, board, t0: float) -> dict | None:
+def _evaluate_start(evals: Evaluations, task: AbstractTask, logger: MetricsLogger | None,
+                    board: TensorBoardSink | None, t0: float) -> dict | None:
     """The run's starting point (``eval_at_start``): held-out metrics before the first step, logged as
     step 0 like any evaluation (samples included); None when a stop cut it short."""
     if not evals.run(0):
         return None
     row = {"step": 0, "time": round(time.perf_counter() - t0, 4), **evals.metrics}
     _show_samples(task, logger, 0)
+    _log(row, logger, board)
+    return dict(evals.metrics)
+
+
+def _log(row: dict, logger: MetricsLogger | None, board: TensorBoardSink | None) -> None:
+    """One metrics row to the run directory's files and to TensorBoard, where each is on."""
     if logger:
         logger.log(row)
     if board:
         board.log(row)
-    return dict(evals.metrics)
 
 
 def _show_samples(task: AbstractTask, logger: MetricsLogger | None, step: int) -> None:
