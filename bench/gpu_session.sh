@@ -97,7 +97,7 @@ measure() {
     step versions versions
     if [ -f "$CARRY/smol_a/part" ]; then cp "$CARRY/smol_a/part" "$STASH"; fi
     step bench_gpu "$PY" -m hyperscalees bench gpu $QUICK --device "$DEVICE" --json --out "$work/bench_gpu.txt"
-    step cuda_tests "$PY" -m pytest -q -rs -p no:cacheprovider -n 4 \
+    step cuda_tests "$PY" -m pytest -q -rs -p no:cacheprovider -p no:benchmark -n 4 \
         tests/noise/test_fused.py tests/nn/test_graph.py tests/ops/test_update_precision.py
     step llm_generate "$PY" -m hyperscalees bench llm-generate $QUICK --device "$DEVICE" --json --out "$work/llm_generate.txt"
     echo; echo "--- summary (measure)"; grep -h "^=== .*exit" "$work/steps.log"
