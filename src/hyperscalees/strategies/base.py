@@ -110,7 +110,7 @@ class AbstractStrategy:
         sigma = self.sigma_at(self.step) * self.tie_scale
         return Population(step=self.step, seed=c.seed, size=c.population, sigma=sigma,
                           rank=c.rank, noise_reuse=c.noise_reuse, distribution=c.distribution,
-                          baseline_every=c.baseline_every)
+                          baseline_every=c.baseline_every, antithetic=c.antithetic)
 
     def store(self, pop: Population | None = None) -> NoiseStore:
         """The :class:`NoiseStore` of ``pop`` (default: this step's), made once per step."""
