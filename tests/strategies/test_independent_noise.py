@@ -83,8 +83,6 @@ def test_odd_populations_train_and_pair_settings_are_refused():
     for shaping in ("pair_sign", "ternary", "pair_sign_adaptive", "pair_sign_filtered"):
         with pytest.raises(ValueError, match=f"shaping '{shaping}'.*antithetic=False"):
             ESConfig(antithetic=False, shaping=shaping)
-    with pytest.raises(ValueError, match="tie_sigma_growth.*antithetic=False"):
-        ESConfig(antithetic=False, tie_sigma_growth=2.0)
     with pytest.raises(ValueError, match="antithetic must be True or False"):
         ESConfig(antithetic="no")
     es = es_for(0, False, population=7, rank=2)
@@ -106,3 +104,12 @@ def test_resume_with_independent_members_is_exact(tmp_path):
     for k in full:
         assert torch.equal(full[k], part[k]), k
     assert any(not torch.equal(full[k], other[k]) for k in full)
+
+
+def test_tie_sigma_growth_without_pairs_waits_for_the_whole_population_to_tie():
+    es = es_for(0, False, population=5, tie_sigma_growth=2.0)
+    strategy = es.strategy
+    strategy._respond_to_ties(torch.tensor([1.0, 1.0, 2.0, 2.0, 1.0]))   # "pairs" (0,1), (2,3) tie: not enough
+    assert strategy.tie_scale == 1.0
+    strategy._respond_to_ties(torch.full((5,), 3.0))
+    assert strategy.tie_scale == 2.0

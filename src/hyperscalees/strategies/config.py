@@ -50,7 +50,8 @@ class ESConfig:
     # sharing one with opposite signs; shapings and features defined on pairs are refused then.
     antithetic: bool = field(default=True, metadata={"help": (
         "members 2k and 2k+1 share one draw with opposite signs; --no-antithetic draws every member "
-        "independently (odd populations allowed; pair_sign shapings and tie_sigma_growth refused)")})
+        "independently (odd populations allowed; the pair_sign shapings refused; tie_sigma_growth then watches the "
+        "whole population tying)")})
 
     def __post_init__(self):
         validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse, self.antithetic)
@@ -90,6 +91,3 @@ def check_independent(cfg: ESConfig) -> None:
     if isinstance(cfg.shaping, str) and cfg.shaping in PAIR_SHAPINGS:
         raise ValueError(f"shaping {cfg.shaping!r} compares the two members of an antithetic pair; with "
                          "antithetic=False there are no pairs: use centered_rank, z_score or raw")
-    if cfg.tie_sigma_growth != 1.0:
-        raise ValueError(f"tie_sigma_growth={cfg.tie_sigma_growth!r} watches antithetic pairs for ties; "
-                         "with antithetic=False there are no pairs: leave it at 1")
