@@ -20,7 +20,8 @@ ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 
              "noise_cache_mib": ("16.5", 16.5), "group_fitness": ("per_group", "per_group"),
              "update_rule": ("optimizer", "optimizer"),
              "deterministic": (None, False), "update_precision": ("bf16", "bf16"),
-             "tie_sigma_growth": ("2.5", 2.5), "fp32_masters": (None, False)}
+             "tie_sigma_growth": ("2.5", 2.5), "fp32_masters": (None, False),
+             "antithetic": (None, False)}
 ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
                  "checkpoint_every": ("2", 2), "checkpoint_minutes": ("2.5", 2.5), "out": ("runs/x", "runs/x"),
                  "resume": ("runs/y", "runs/y"), "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64),

@@ -106,9 +106,20 @@ def test_a_step_that_reads_a_device_value_falls_back_with_a_warning():
         assert torch.equal(v, model.state_dict()[k]), k
 
 
+def test_a_real_cuda_graph_declines_the_interpreted_kernel():
+    """The interpreter copies device tensors to the host per launch; inside torch.cuda.graph that
+    raised mid-capture (the H200 run of 2026-11-28). It is refused up front, with the fix named."""
+    from hyperscalees.nn.graph import CudaGraphCapture, capture_obstacle
+    _, es = build(optimizer="sgd")
+    reason = capture_obstacle(es, torch.device("cuda"), CudaGraphCapture)
+    assert reason is not None and "HYPERSCALEES_NOISE_KERNEL=interpret" in reason
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_real_cuda_graph_equals_eager():
+def test_real_cuda_graph_equals_eager(monkeypatch):
     from hyperscalees.nn.graph import CudaGraphCapture
+    # The compiled kernel, not the module's interpreted one: the interpreter cannot be captured.
+    monkeypatch.setenv("HYPERSCALEES_NOISE_KERNEL", "auto")
 
     def go(enabled):
         torch.manual_seed(0)

@@ -74,23 +74,24 @@ def test_shift_of_accepts_powers_of_two_only():
             shift_of(bad)
 
 
+@pytest.mark.parametrize("g", [2, 1])  # members per draw: antithetic pairs, or independent members
 @pytest.mark.parametrize("rank,k", [(1, 8), (2, 5), (3, 0), (1, -2)])
-def test_lowrank_term_equals_one_division_of_the_materialized_member(rank, k):
+def test_lowrank_term_equals_one_division_of_the_materialized_member(rank, k, g):
     """x Wᵀ + round_shift(s (xB) Aᵀ, k), then floor(/d), equals floor((x W2ᵀ + 2^(k-1)) / (2^k d))."""
     kp, rows, fan_in, fan_out, d = 3, 4, 48, 20, 16 * math.isqrt(48)
-    g = torch.Generator().manual_seed(rank + 10 * k)
-    x = rand_int8(2 * kp * rows, fan_in, seed=k + 5)
+    gen = torch.Generator().manual_seed(rank + 10 * k)
+    x = rand_int8(g * kp * rows, fan_in, seed=k + 5)
     w = rand_int8(fan_out, fan_in, seed=9)
-    a = torch.randint(-80, 81, (kp, fan_out, rank), generator=g).float()
-    b = torch.randint(-80, 81, (kp, fan_in, rank), generator=g).float()
-    signs = torch.tensor([[1.0, -1.0]] * kp)
+    a = torch.randint(-80, 81, (kp, fan_out, rank), generator=gen).float()
+    b = torch.randint(-80, 81, (kp, fan_in, rank), generator=gen).float()
+    signs = torch.tensor([[1.0, -1.0]] * kp) if g == 2 else torch.ones(kp, 1)
     acc = int_matmul(x, w).double() + lowrank_term(x, a, b, signs, k)
     fast = clip8(torch.floor(acc / d)).long()
-    xs = x.view(2 * kp, rows, fan_in)
-    for i in range(2 * kp):
-        w2 = ref.int_member_matrix(w, a[i // 2], b[i // 2], int(signs.view(-1)[i]), k)
+    xs = x.view(g * kp, rows, fan_in)
+    for i in range(g * kp):
+        w2 = ref.int_member_matrix(w, a[i // g], b[i // g], int(signs.view(-1)[i]), k)
         want = ref.int_linear_reference(xs[i], w2, max(k, 0), d)
-        assert torch.equal(fast.view(2 * kp, rows, fan_out)[i], want), f"member {i}"
+        assert torch.equal(fast.view(g * kp, rows, fan_out)[i], want), f"member {i}"
 
 
 @pytest.mark.parametrize("fan_in,scale,rank,k,want_dtype", [(32, 85, 1, 8, torch.float32),     # egg's shapes
@@ -122,6 +123,8 @@ def test_member_vectors_and_the_zero_guarded_norm():
     eps = torch.tensor([[40.0, -300.0, 300.0, -8.0]])
     got = member_vector(v, eps, torch.tensor([[1.0, -1.0]]), 4)     # (1, 2, 1, 4)
     assert got.view(2, 4).tolist() == [[19, -127, 127, 0], [14, -108, 108, 1]]  # ±(40/16=2.5 -> 3 / -2)
+    one = member_vector(v, eps, torch.tensor([[1.0]]), 4)              # an independent member: (1, 1, 1, 4)
+    assert one.shape == (1, 1, 1, 4) and one.view(4).tolist() == [19, -127, 127, 0]
     x = torch.zeros(2, 8, dtype=torch.int8)                             # Σ|x| = 0: nano-egg divided by 0 here
     assert torch.equal(mean_abs_norm(x, torch.full((8,), 16)), torch.zeros(2, 8, dtype=torch.int64))
     x = torch.tensor([[3, -5, 0, 0, 0, 0, 0, 0]])                        # Σ|x| = 8 = D: m = 1

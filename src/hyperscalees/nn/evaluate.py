@@ -14,10 +14,13 @@ from torch import Tensor, nn
 FitnessFn = Callable[[nn.Module, int, int], Tensor]
 
 
-def check_chunk(chunk: int | None, population: int) -> int:
-    """``chunk`` (default: the whole population) after checking it is whole antithetic pairs."""
+def check_chunk(chunk: int | None, population: int, per_draw: int = 2) -> int:
+    """``chunk`` (default: the whole population) after checking it is whole antithetic pairs
+    (``per_draw`` 2), or any size >= 1 when members are independent (``per_draw`` 1)."""
     chunk = population if chunk is None else chunk
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 2 or chunk % 2:
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < per_draw or chunk % per_draw:
+        if per_draw == 1:
+            raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
         raise ValueError(f"chunk must be an even number >= 2 (whole antithetic pairs), got {chunk!r}")
     return chunk
 
@@ -48,7 +51,7 @@ def evaluate(es, fitness_fn: FitnessFn, chunk: int | None = None) -> Tensor:
     The result stays on the device: a copy to the host would wait for the whole queue.
     """
     n = es.population
-    chunk = check_chunk(chunk, n)
+    chunk = check_chunk(chunk, n, es.ask().per_draw)
     parts = []
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)

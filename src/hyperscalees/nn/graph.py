@@ -61,8 +61,14 @@ def capture_obstacle(es, device: torch.device, capture_factory) -> str | None:
         return "σ changes every step (sigma_decay / sigma_schedule): a replay would keep the captured σ"
     if cfg.lr_decay != 1 or strategy.lr_schedule is not None:
         return "lr changes every step (lr_decay / lr_schedule): a replay would keep the captured lr"
-    if sampler(device) not in ("fused", "interpret"):
+    how = sampler(device)
+    if how not in ("fused", "interpret"):
         return "the fused noise kernel is not in use here (Triton missing, or HYPERSCALEES_NOISE_KERNEL=torch)"
+    if how == "interpret" and capture_factory is CudaGraphCapture:
+        # The interpreter runs the kernel on host copies of its device tensors: copies a CUDA
+        # graph refuses to record (it would fail mid-capture and fall back anyway).
+        return ("HYPERSCALEES_NOISE_KERNEL=interpret runs the noise kernel on the host, which a CUDA graph "
+                "cannot capture: unset it to use the compiled kernel")
     rule = strategy.rule
     if isinstance(rule, OptimizerRule):
         # torch refuses to capture an optimizer built without capturable=True on CUDA; on other

@@ -151,9 +151,10 @@ class AbstractModuleES:
 def member_delta(store: NoiseStore, name: str, member: int) -> Tensor:
     """Member ``member``'s perturbation of ``name`` in the parameter's stored shape, in float64:
     s·(σ/√r)·A Bᵀ for a low-rank parameter, s·σ·ε for a full-rank one."""
-    pair = 2 * (member // 2)
-    n = store.noise(name, pair, pair + 2)
-    sign = n.signs[0, member % 2].double()
+    g = store.pop.per_draw
+    first = g * (member // g)
+    n = store.noise(name, first, first + g)
+    sign = n.signs[0, member % g].double()
     unit = n.a[0].double() @ n.b[0].double().T if n.lowrank else n.eps[0].double()
     return sign * n.scale * unit
 

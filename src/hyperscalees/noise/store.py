@@ -15,7 +15,8 @@ every call) and the update that consumes it. It holds
 - which parameters' noise a forward actually applied, so the update can refuse to move
   a parameter from noise that never reached the model.
 
-Dimensions: P members, K = P/2 pairs; members [lo, hi) are whole pairs.
+Dimensions: P members, K = P/2 pairs (K = P draws when independent, ``Population.per_draw``);
+members [lo, hi) are whole pairs.
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ class NoiseStore:
         return static_keys(self._key_words[key])
 
     def members(self, lo: int, hi: int, device) -> tuple[Tensor, Tensor]:
-        """(pairs (K,), signs (K, 2)) of members [lo, hi) on ``device``, made once per step: every
+        """(pairs (K,), signs (K, per_draw)) of members [lo, hi) on ``device``, made once per step: every
         parameter's draw of a chunk shares them (a handful of small ops each, on a GPU launches)."""
         key = (lo, hi, str(device))
         if key not in self._members:
@@ -160,7 +161,7 @@ class NoiseStore:
         whole = self.cached(name)
         if whole is None:
             return self._draw_members(name, lo, hi)
-        return whole if (lo, hi) == (0, self.pop.size) else whole.slice(lo // 2, hi // 2)
+        return whole if (lo, hi) == (0, self.pop.size) else whole.slice(lo // self.pop.per_draw, hi // self.pop.per_draw)
 
     def rows(self, name: str, lo: int, hi: int, rows: Tensor) -> Noise:
         """Rows (K, T) of a (rows, cols) parameter's noise for members [lo, hi) (embedding lookups).
@@ -170,7 +171,7 @@ class NoiseStore:
         """
         self.pop.check_members(lo, hi)
         if name in self._draws:
-            return select_rows(self._draws[name].slice(lo // 2, hi // 2), rows)
+            return select_rows(self._draws[name].slice(lo // self.pop.per_draw, hi // self.pop.per_draw), rows)
         dev = rows.device
         spec = self.specs[name]
         with self._keys(dev):

@@ -23,14 +23,16 @@ def do_mm_dense(x: Tensor, weight: Tensor, noise: Tensor, signs: Tensor, sigma: 
     delta = torch.bmm(xk, noise.to(x.dtype).transpose(1, 2))  # (K, 2M, out)
     if bias_noise is not None:
         delta = delta + bias_noise.to(x.dtype).unsqueeze(1)
-    delta = delta.view(k, 2, m2 // 2, -1) * member_coef(signs, sigma, 1, x.dtype)
+    g = signs.shape[1]
+    delta = delta.view(k, g, m2 // g, -1) * member_coef(signs, sigma, 1, x.dtype)
     return y + delta.view_as(y)
 
 
 def add_emb_dense(y: Tensor, rows: Tensor, signs: Tensor, sigma: float) -> Tensor:
     """y + s·σ·E[idx] for looked-up rows y (P·T.., dim), rows (K, 2T, dim) of each pair's dense draw."""
     k, m2, dim = rows.shape
-    delta = rows.to(y.dtype).view(k, 2, m2 // 2, dim) * member_coef(signs, sigma, 1, y.dtype)
+    g = signs.shape[1]
+    delta = rows.to(y.dtype).view(k, g, m2 // g, dim) * member_coef(signs, sigma, 1, y.dtype)
     return y + delta.view_as(y)
 
 

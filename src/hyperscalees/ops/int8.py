@@ -167,7 +167,7 @@ def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: 
                  acc_max: float | None = None) -> Tensor:
     """round_shift(s_i (x B_i) A_iᵀ, k) per member: x (P·R.., in) -> integer-valued floats (P·R.., out).
 
-    a (K, out, r), b (K, in, r) integer-valued, signs (K, 2). x B is summed in float32 when
+    a (K, out, r), b (K, in, r) integer-valued, signs (K, g) (g = 2 antithetic, 1 independent). x B is summed in float32 when
     in·127·``b_max`` < 2^24 (``b_max`` bounds |B|), else float64. The rest is float64, exact (the
     products stay far below 2^52 for any int8-scale noise) -- or float32 on a CPU when the caller
     says how large the accumulator it adds the term to can be (``acc_max``) and this step's factors
@@ -177,8 +177,9 @@ def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: 
     GPU keeps float64 rather than wait for the read.
     """
     kp, fan_in = a.shape[0], x.shape[-1]
+    g = signs.shape[1]
     dtype = torch.float32 if fan_in * QMAX * b_max < FLOAT32_EXACT else torch.float64
-    xk = x.reshape(kp, 2, -1, fan_in).to(dtype)                              # (K, 2, R, in)
+    xk = x.reshape(kp, g, -1, fan_in).to(dtype)                              # (K, g, R, in)
     u = xk @ b.to(dtype).unsqueeze(1)                                        # (K, 2, R, r)
     zdtype = torch.float64
     if acc_max is not None and u.device.type == "cpu" and u.numel() and a.numel():
@@ -186,7 +187,7 @@ def lowrank_term(x: Tensor, a: Tensor, b: Tensor, signs: Tensor, k: int, b_max: 
         widest = z_max * 2.0 ** max(-k, 0) + (2.0 ** (k - 1) if k > 0 else 0.0)   # inside round_shift_float_
         if widest + acc_max < FLOAT32_EXACT:
             zdtype = torch.float32
-    u = u.to(zdtype).mul_(signs.to(zdtype).view(kp, 2, 1, 1))
+    u = u.to(zdtype).mul_(signs.to(zdtype).view(kp, g, 1, 1))
     a = a.to(zdtype) * 2.0**-k          # the shift folded into the small factor: exact (a power of two)
     if a.shape[-1] == 1:                                                     # rank 1: an outer product
         z = u * a.view(kp, 1, 1, -1)
@@ -203,9 +204,9 @@ def acc_bound(fan_in: int) -> float:
 
 
 def member_vector(v: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:
-    """(K, 2, 1, n) per-member int8-range vectors clip(v + round_shift(s·ε, k)); eps (K, n)."""
-    kp = eps.shape[0]
-    pert = eps.to(torch.int64).view(kp, 1, 1, -1) * signs.to(torch.int64).view(kp, 2, 1, 1)
+    """(K, g, 1, n) per-member int8-range vectors clip(v + round_shift(s·ε, k)); eps (K, n), signs (K, g)."""
+    kp, g = signs.shape
+    pert = eps.to(torch.int64).view(kp, 1, 1, -1) * signs.to(torch.int64).view(kp, g, 1, 1)
     return (v.to(torch.int64) + round_shift(pert, k)).clamp(-QMAX, QMAX)
 
 

@@ -75,7 +75,8 @@ def add_emb_lowrank(y: Tensor, a_rows: Tensor, b: Tensor, signs: Tensor, scale: 
     """
     k, r = b.shape[0], b.shape[-1]
     m2 = a_rows.shape[1]
-    left = a_rows.to(y.dtype).view(k, 2, m2 // 2, r).mul(member_coef(signs, scale, 1, y.dtype)).view(k, m2, r)
+    g = signs.shape[1]
+    left = a_rows.to(y.dtype).view(k, g, m2 // g, r).mul(member_coef(signs, scale, 1, y.dtype)).view(k, m2, r)
     yk = y.reshape(k, m2, -1)
     return torch.baddbmm(yk, left, b.to(y.dtype).transpose(1, 2)).view_as(y)
 

@@ -1,6 +1,7 @@
 """A layer's low-rank perturbation, split into what depends on its input and what does not.
 
-Dimensions: K antithetic pairs, M rows per member, r rank, members member-major. The
+Dimensions: K antithetic pairs, M rows per member, r rank, members member-major; g = 2
+members per draw (1 with independent members: ``signs`` (K, 1), everything else alike). The
 input-independent part (:class:`LowrankPlan`) can be built once per step and reused by
 every chunk and every call; the input-dependent part is u = x B and one pass that writes
 the term.
@@ -35,6 +36,11 @@ class LowrankPlan:
     s_e: Tensor | None = None
     with_bias: bool = False
 
+    @property
+    def per_draw(self) -> int:
+        """Members sharing each draw (2 antithetic, 1 independent), read off the signs' layout."""
+        return self.a_s.shape[1] if self.a_s is not None else self.s_u.shape[2]
+
     def slice(self, k0: int, k1: int) -> "LowrankPlan":
         if k0 == 0 and k1 == self.bt.shape[0]:  # a chunk that spans the population: the plan itself
             return self
@@ -51,17 +57,18 @@ def lowrank_plan(x_factor: Tensor, y_factor: Tensor, signs: Tensor, scale: float
                  vec_scale: float = 0.0, bias: Tensor | None = None, dtype: torch.dtype = torch.float32) -> LowrankPlan:
     """The :class:`LowrankPlan` of s·scale·(x B)Aᵀ (+ s·vec_scale·e) (+ b)."""
     k, _, r = x_factor.shape
+    g = signs.shape[1]
     bt = _as(x_factor, dtype).transpose(1, 2).contiguous()
-    s = _as(signs, dtype).view(k, 2, 1, 1)
+    s = _as(signs, dtype).view(k, g, 1, 1)
     if r == 1:
         const = None
         if vec_noise is not None:
             const = s * vec_scale * _as(vec_noise, dtype).view(k, 1, 1, -1)
         if bias is not None:
             b = _as(bias, dtype).view(1, 1, 1, -1)
-            const = b.expand(k, 2, 1, b.shape[-1]).contiguous() if const is None else const + b
+            const = b.expand(k, g, 1, b.shape[-1]).contiguous() if const is None else const + b
         return LowrankPlan(bt, a_s=(s * scale) * _as(y_factor, dtype).view(k, 1, 1, -1), const=const)
-    s = s.view(k, 1, 2, 1)
+    s = s.view(k, 1, g, 1)
     rows = [_as(y_factor, dtype).transpose(1, 2)]  # (K, r, dout)
     if vec_noise is not None:
         rows.append(_as(vec_noise, dtype).unsqueeze(1))
@@ -76,21 +83,23 @@ def project_input(x: Tensor, plan: LowrankPlan) -> Tensor:
     """u = x B per member, (K, r, 2M): as (Bᵀ xᵀ), a unit-stride left operand, so the batched
     GEMM streams x once (bmm(xk, B) was 1.5-3x slower on CPU for small M)."""
     k, r, din = plan.bt.shape
-    xk = x.reshape(k, -1, din)  # (K, 2M, din)
-    if xk.shape[1] % 2:
-        raise ValueError(f"{x.shape[0]} input rows cannot be split evenly over {2 * k} members")
+    g = plan.per_draw
+    xk = x.reshape(k, -1, din)  # (K, gM, din)
+    if xk.shape[1] % g:
+        raise ValueError(f"{x.shape[0]} input rows cannot be split evenly over {g * k} members")
     return torch.bmm(plan.bt, xk.transpose(1, 2))
 
 
 def left_operand(u: Tensor, plan: LowrankPlan) -> Tensor:
     """left (K, 2M, nr) with left @ plan.right = each member's term (rank > 1)."""
     k, r, m2 = u.shape
-    m = m2 // 2
-    cols = [u.view(k, r, 2, m) * plan.s_u]
+    g = plan.per_draw
+    m = m2 // g
+    cols = [u.view(k, r, g, m) * plan.s_u]
     if plan.s_e is not None:
-        cols.append(plan.s_e.expand(k, 1, 2, m))
+        cols.append(plan.s_e.expand(k, 1, g, m))
     if plan.with_bias:
-        cols.append(torch.ones((), dtype=u.dtype, device=u.device).expand(k, 1, 2, m))
+        cols.append(torch.ones((), dtype=u.dtype, device=u.device).expand(k, 1, g, m))
     return (torch.cat(cols, dim=1) if len(cols) > 1 else cols[0]).view(k, -1, m2).transpose(1, 2)
 
 
@@ -99,7 +108,7 @@ def plan_term(x: Tensor, plan: LowrankPlan) -> Tensor:
     u = project_input(x, plan)
     k, r, m2 = u.shape
     if plan.right is None:
-        uk = u.view(k, 2, m2 // 2, 1)
+        uk = u.view(k, plan.per_draw, m2 // plan.per_draw, 1)
         t = uk * plan.a_s if plan.const is None else torch.addcmul(plan.const, uk, plan.a_s)
         return t.reshape(k, m2, -1)
     return torch.bmm(left_operand(u, plan), plan.right)
@@ -117,8 +126,9 @@ def plan_linear(x: Tensor, wt: Tensor, plan: LowrankPlan) -> Tensor:
     if plan.right is None and plan.const is None:
         u = project_input(x, plan)
         k, _, m2 = u.shape
+        g = plan.per_draw
         y = torch.mm(x, wt)
-        y.view(k, 2, m2 // 2, y.shape[-1]).addcmul_(u.view(k, 2, m2 // 2, 1), plan.a_s)
+        y.view(k, g, m2 // g, y.shape[-1]).addcmul_(u.view(k, g, m2 // g, 1), plan.a_s)
         return y
     y = torch.empty(x.shape[0], wt.shape[1], dtype=x.dtype, device=x.device)
     plan_term_into(y, x, plan)
@@ -130,8 +140,9 @@ def plan_term_into(out: Tensor, x: Tensor, plan: LowrankPlan) -> Tensor:
     u = project_input(x, plan)
     k, r, m2 = u.shape
     if plan.right is None:  # rank 1
-        ok = out.view(k, 2, m2 // 2, out.shape[-1])
-        uk = u.view(k, 2, m2 // 2, 1)
+        g = plan.per_draw
+        ok = out.view(k, g, m2 // g, out.shape[-1])
+        uk = u.view(k, g, m2 // g, 1)
         if plan.const is None:
             torch.mul(uk, plan.a_s, out=ok)
         else:

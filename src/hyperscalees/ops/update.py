@@ -20,8 +20,8 @@ REDUCTION_PAIRS = 256  # pairs per GEMM of the update; callers chunk at multiple
 
 
 def pair_weights(shaped: Tensor, signs: Tensor) -> Tensor:
-    """(P,) shaped fitness and (K, 2) signs -> (K,) Σ f_i s_i within each pair."""
-    return (shaped.view(-1, 2) * signs.to(shaped.dtype)).sum(dim=1)
+    """(P,) shaped fitness and (K, g) signs -> (K,) Σ f_i s_i over the g members of each draw."""
+    return (shaped.view(-1, signs.shape[1]) * signs.to(shaped.dtype)).sum(dim=1)
 
 
 def _blocks(k: int, r: int = 1) -> list[slice]:

@@ -110,7 +110,7 @@ class AbstractStrategy:
         sigma = self.sigma_at(self.step) * self.tie_scale
         return Population(step=self.step, seed=c.seed, size=c.population, sigma=sigma,
                           rank=c.rank, noise_reuse=c.noise_reuse, distribution=c.distribution,
-                          baseline_every=c.baseline_every)
+                          baseline_every=c.baseline_every, antithetic=c.antithetic)
 
     def store(self, pop: Population | None = None) -> NoiseStore:
         """The :class:`NoiseStore` of ``pop`` (default: this step's), made once per step."""
@@ -182,12 +182,14 @@ class AbstractStrategy:
 
     def _respond_to_ties(self, shaped: Tensor) -> None:
         """Widen the next step's σ when every antithetic pair tied (shaped fitness equal within each
-        pair: the estimate is zero); reset it after a step that did not. One host read, only if on."""
+        pair: the estimate is zero) -- with independent members, when all of them tied; reset it
+        after a step that did not. One host read, only if on."""
         growth = self.config.tie_sigma_growth
         if growth == 1.0:
             return
-        pairs = torch.as_tensor(shaped).reshape(-1, 2)                           # (P/2, 2)
-        tied = bool((pairs[:, 0] == pairs[:, 1]).all())
+        groups = torch.as_tensor(shaped).reshape(-1, 2) if self.config.antithetic else \
+            torch.as_tensor(shaped).reshape(1, -1)                               # (P/2, 2) or (1, P)
+        tied = bool((groups == groups[:, :1]).all())
         self.tie_scale = min(self.tie_scale * growth, MAX_TIE_SCALE) if tied else 1.0
 
     def gradient_estimate(self, fitness, pop: Population | None = None, weights=None) -> dict[str, Tensor]:

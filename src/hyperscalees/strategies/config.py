@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..noise.distributions import check_distribution
 from ..noise.population import validate_population_args
@@ -12,6 +12,7 @@ from .rules.optimizers import OPTIMIZERS
 from .shaping import check_group_fitness
 
 ESTIMATORS = ("mean", "sign")
+PAIR_SHAPINGS = ("pair_sign", "ternary", "pair_sign_adaptive", "pair_sign_filtered")  # read pair differences
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,17 @@ class ESConfig:
     # bf16/fp16 parameters are stepped through fp32 master copies (the rule's state, checkpointed);
     # False adds each step to the rounded weights instead, and metrics["update_landed"] shows the loss.
     fp32_masters: bool = True
+    # False: every member draws its own noise (odd populations allowed) instead of antithetic pairs
+    # sharing one with opposite signs; shapings and features defined on pairs are refused then.
+    antithetic: bool = field(default=True, metadata={"help": (
+        "members 2k and 2k+1 share one draw with opposite signs; --no-antithetic draws every member "
+        "independently (odd populations allowed; the pair_sign shapings refused; tie_sigma_growth then watches the "
+        "whole population tying)")})
 
     def __post_init__(self):
-        validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse)
+        validate_population_args(self.population, self.sigma, self.rank, self.noise_reuse, self.antithetic)
+        if not self.antithetic:
+            check_independent(self)
         if isinstance(self.seed, int) and not -(1 << 63) <= self.seed < (1 << 63):  # torch seeds are 64-bit
             raise ValueError(f"seed must fit in 64 bits (from {-(1 << 63)} to {(1 << 63) - 1}), got {self.seed!r}")
         check_distribution(self.distribution)
@@ -75,3 +84,10 @@ class ESConfig:
             raise ValueError(f"unknown update_rule {self.update_rule!r}; choose one of {sorted(RULES)}")
         if not (math.isfinite(self.tie_sigma_growth) and self.tie_sigma_growth >= 1):
             raise ValueError(f"tie_sigma_growth must be a finite number >= 1, got {self.tie_sigma_growth!r}")
+
+
+def check_independent(cfg: ESConfig) -> None:
+    """Settings defined on antithetic pairs have no meaning with independent members: refuse them."""
+    if isinstance(cfg.shaping, str) and cfg.shaping in PAIR_SHAPINGS:
+        raise ValueError(f"shaping {cfg.shaping!r} compares the two members of an antithetic pair; with "
+                         "antithetic=False there are no pairs: use centered_rank, z_score or raw")

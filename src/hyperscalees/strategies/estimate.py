@@ -75,7 +75,8 @@ class PairWeights:
             base = self._made.get((k0, k1, dev))
             if base is None:
                 f = self.shaped.to(device=dev, dtype=torch.float32)
-                base = self._made[(k0, k1, dev)] = pair_weights(f[2 * k0:2 * k1], signs)
+                g = signs.shape[1]  # members per draw: 2 antithetic, 1 independent
+                base = self._made[(k0, k1, dev)] = pair_weights(f[g * k0:g * k1], signs)
             w = self._made[key] = base * (self.sign * coef)
         return w
 
@@ -94,7 +95,7 @@ def estimate_one(store: NoiseStore, name: str, shaped: Tensor, update_chunk: int
         k1 = min(pop.num_pairs, k0 + step)
         if whole is None:
             with all_threads():
-                noise = store.draw(name, *store.members(2 * k0, 2 * k1, dev))
+                noise = store.draw(name, *store.members(pop.per_draw * k0, pop.per_draw * k1, dev))
         elif k0 == 0 and k1 == pop.num_pairs:
             noise = whole  # one chunk: the whole draw, no slicing
         else:

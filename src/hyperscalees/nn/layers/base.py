@@ -41,7 +41,7 @@ class PopulationContext:
                  repeated: bool = False):
         self.store, self.lo, self.hi = store, lo, hi
         self.repeated = repeated  # the block calls each layer many times: plans are made on first use
-        self.k = (hi - lo) // 2
+        self.k = (hi - lo) // store.pop.per_draw  # draws: pairs, or members when independent
         self.members = hi - lo
         self.fallback_bytes = fallback_bytes
         self.plans: dict = {}
@@ -54,7 +54,8 @@ class PopulationContext:
         """Noise of pairs [k0, k1) of this slice (all of it by default); marks it applied."""
         k1 = self.k if k1 is None else k1
         self.store.mark_applied(name)
-        return self.store.noise(name, self.lo + 2 * k0, self.lo + 2 * k1)
+        g = self.pop.per_draw
+        return self.store.noise(name, self.lo + g * k0, self.lo + g * k1)
 
     def rows(self, name: str, rows: Tensor) -> Noise:
         """Rows (K, T) of ``name``'s noise for this slice (lookups); marks it applied."""

@@ -63,8 +63,8 @@ def scaled_noise(n: Noise, overlay: tuple, rows: Tensor | None) -> Noise:
 
 def dense_term(x: Tensor, eps: Tensor, signs: Tensor, k: int) -> Tensor:
     """round_shift(s x εᵀ, k) for full-rank noise ε (K, out, in) (OpenES): float64, exact."""
-    kp, fan_in = eps.shape[0], x.shape[-1]
-    xk = x.reshape(kp, 2, -1, fan_in).to(torch.float64) * signs.to(torch.float64).view(kp, 2, 1, 1)
+    (kp, g), fan_in = signs.shape, x.shape[-1]
+    xk = x.reshape(kp, g, -1, fan_in).to(torch.float64) * signs.to(torch.float64).view(kp, g, 1, 1)
     z = xk @ eps.to(torch.float64).transpose(1, 2).unsqueeze(1)               # (K, 2, R, out)
     return round_shift_float_(z, k).view(*x.shape[:-1], eps.shape[1])
 
@@ -100,7 +100,7 @@ def per_member(ctx: PopulationContext, v: Tensor | None, name: str | None) -> Te
 
 def by_member(ctx: PopulationContext, y: Tensor) -> Tensor:
     """(P·R.., n) -> (K, 2, R.., n) view for per-member vectors to broadcast against."""
-    return y.reshape(ctx.k, 2, -1, y.shape[-1])
+    return y.reshape(ctx.k, ctx.pop.per_draw, -1, y.shape[-1])
 
 
 class Int8LinearLayer(AbstractLayer):
@@ -147,7 +147,8 @@ class Int8EmbeddingLayer(AbstractLayer):
                 z = (n.a.to(torch.float64) @ n.b.to(torch.float64).transpose(1, 2))  # (K, 2·R·T, D)
             else:
                 z = n.eps.to(torch.float64)
-            z = z.view(ctx.k, 2, -1, y.shape[-1]) * n.signs.to(torch.float64).view(ctx.k, 2, 1, 1)
+            g = n.signs.shape[1]
+            z = z.view(ctx.k, g, -1, y.shape[-1]) * n.signs.to(torch.float64).view(ctx.k, g, 1, 1)
             return clip8(round_shift_float_(z, k).view_as(y).add_(y))
         return forward
 

@@ -132,7 +132,8 @@ def _lowrank(ctx, x2, w, wname, b, bname, stored, rows) -> Tensor:
     # and the (2M, r+2) left factor with its scaled u
     per_pair = 4 * ((din + dout) * r + din * r + (r + 2) * dout + 2 * 2 * m * (r + 2))
     for k0, k1 in ctx.pair_blocks(per_pair):
-        sl = slice(2 * k0 * m, 2 * k1 * m)
+        g = ctx.pop.per_draw
+        sl = slice(g * k0 * m, g * k1 * m)
         wn = ctx.noise(wname, k0, k1)
         bn = ctx.noise(bname, k0, k1) if bname else None
         xf, yf = _factors(wn, stored, rows)
@@ -159,7 +160,7 @@ def _chunk_plan(ctx, wname, bname, b, stored, rows, dtype) -> LowrankPlan | None
         if plan is None:
             return None
         ctx.store.mark_applied(wname, bname)  # once per block: a cached plan has been marked already
-        p0 = ctx.lo // 2
+        p0 = ctx.lo // ctx.pop.per_draw
         plan = ctx.plans[key] = plan.slice(p0, p0 + ctx.k)
     return plan
 

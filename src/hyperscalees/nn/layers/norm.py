@@ -40,7 +40,7 @@ class NormLayer(AbstractLayer):
             xhat = normalized(module, x)
             w = ctx.vector(module.weight, active.get("weight"), x.dtype)
             b = ctx.vector(getattr(module, "bias", None), active.get("bias"), x.dtype)
-            xk = xhat.view(ctx.k, 2, -1, *module.normalized_shape)
+            xk = xhat.view(ctx.k, ctx.pop.per_draw, -1, *module.normalized_shape)
             out = xk.mul_(w) if b is None else torch.addcmul(b, xk, w)
             return out.view_as(x)
         return forward
