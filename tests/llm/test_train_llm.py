@@ -70,7 +70,7 @@ def test_the_export_reloaded_in_plain_transformers_reproduces_the_held_out_score
     records = []
     metrics = held_out(PROBLEM_SETS["arithmetic"](), plain, tok, llm.Sampling(max_new_tokens=ARITH["max_new_tokens"]),
                        ARITH["eval_prompts"], samples=records)
-    assert metrics == summary["metrics"]
+    assert metrics == {k: summary["metrics"][k] for k in metrics}
     logged = [r for r in _lines(summary["paths"]["samples"]) if r["step"] == 3]
     assert len(logged) == SAMPLES and [r["completion"] for r in records[:SAMPLES]] == [r["completion"] for r in logged]
     start = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
@@ -106,7 +106,8 @@ def test_held_out_accuracy_before_training_is_step_0_and_the_summarys_before(fol
     start, tok = llm.load_causal_lm(folder)
     expected = held_out(PROBLEM_SETS["arithmetic"](), start, tok, llm.Sampling(max_new_tokens=ARITH["max_new_tokens"]),
                         ARITH["eval_prompts"])
-    assert summary["before"] == expected
+    assert {k: summary["before"][k] for k in expected} == expected
+    assert summary["before"]["reward_errors"] == summary["before"]["reward_timeouts"] == 0  # --reward's counters
     rows = _lines(summary["paths"]["metrics_jsonl"])
     assert rows[0]["step"] == 0 and {k: rows[0][k] for k in expected} == expected and "fitness_mean" not in rows[0]
     assert [r["step"] for r in rows[1:]] == [1, 2]

@@ -119,10 +119,11 @@ class RewardFitness:
         return scores
 
     def check(self) -> None:
-        """Raise :class:`RewardFailedError` when every reward call of the current step failed."""
+        """Raise :class:`RewardFailedError` when every reward call of the current step failed (named
+        counting from 1, as a run's log does: fitness step 0 ends at step 1)."""
         if self._scored and self._failed >= self._scored:
             last = getattr(self.reward, "last_error", None)
             raise RewardFailedError(
-                f"every reward call of step {self._step} failed ({self._failed} of {self._scored}; "
+                f"every reward call of step {self._step + 1} failed ({self._failed} of {self._scored}; "
                 f"last error: {last or 'unknown'}): every answer scored the same, so nothing can be learned; "
                 "fix the reward (it must return a number for any completion) and run again")

@@ -191,6 +191,7 @@ class FinetuneTask(AbstractTask):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics of ``model``; a stop request is polled between generate chunks and
         cuts the evaluation short (:class:`EvaluationStopped`) leaving the last samples as they were."""
+        self.reward_fitness.check()  # a step whose every reward failed ends the run before it is scored
         records, o = [], self.options
         if self.dataset:
             prompts = self.dataset.held_out(o.eval_prompts)
