@@ -37,7 +37,7 @@ def pickle_uses(source: str, name: str = "<src>") -> list[str]:
 
 
 # Pickles that never touch a file: SafeReward talks to its own child process over pipes.
-PIPE_ONLY = {"tasks/llm/reward.py", "tasks/llm/_reward_worker.py"}
+PIPE_ONLY = {"llm/reward.py", "llm/_reward_worker.py"}
 
 
 def test_no_pickle_is_read_from_disk_in_the_library():

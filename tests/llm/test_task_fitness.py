@@ -10,7 +10,8 @@ from torch import nn
 pytest.importorskip("transformers")
 import hyperscalees as hs  # noqa: E402
 from hyperscalees import llm  # noqa: E402
-from hyperscalees.tasks.llm import ArithmeticTask, SafeReward, SFTFitness, completion_loglik  # noqa: E402
+from hyperscalees.llm import SafeReward  # noqa: E402
+from hyperscalees.tasks.problems import ArithmeticProblems, SFTFitness, completion_loglik  # noqa: E402
 from tiny import build, char_tokenizer  # noqa: E402
 
 PROMPTS = ["12+3=", "ab", "hello world, "]
@@ -91,7 +92,7 @@ def test_member_rows_equal_materialized_members():
 
 def test_reward_fitness_with_task_and_safe_reward(tmp_path):
     model, tok = build("llama"), char_tokenizer()
-    task = ArithmeticTask(seed=0)
+    task = ArithmeticProblems(seed=0)
     prompts = task.prompts("train", 0, 2)  # capitals read as <unk> by the tiny tokenizer: fine
     es = hs.EGGROLL(model, population=4, sigma=0.1, es_map=llm.evolving(model), seed=1)
     es.ask()

@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("transformers")
 from hyperscalees.cli.main import main  # noqa: E402
 from hyperscalees.engine import make_config, run  # noqa: E402
-from hyperscalees.tasks.llm import LLM_TASKS  # noqa: E402
+from hyperscalees.tasks.problems import PROBLEM_SETS  # noqa: E402
 from tiny import save  # noqa: E402
 
 ARITH = {"task": "arithmetic", "prompts": 2, "max_new_tokens": 8, "eval_prompts": 4}
@@ -60,17 +60,17 @@ def test_the_export_reloaded_in_plain_transformers_reproduces_the_held_out_score
     the shared evaluator, gives the run's final held-out metrics and the same answers it logged."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from hyperscalees import llm
-    from hyperscalees.tasks.llm.evaluate import held_out
-    from hyperscalees.tasks.llm.finetune import SAMPLES
+    from hyperscalees.tasks.problems.evaluate import held_out
+    from hyperscalees.tasks.finetune import SAMPLES
     summary = run(config(folder, tmp_path / "run", steps=3, reward=variety))  # evaluations at steps 2 and 3
     export = summary["paths"]["export"]
     plain = AutoModelForCausalLM.from_pretrained(export, local_files_only=True).eval()
     tok = AutoTokenizer.from_pretrained(export, local_files_only=True)
     tok.padding_side = "left"
     records = []
-    metrics = held_out(LLM_TASKS["arithmetic"](), plain, tok, llm.Sampling(max_new_tokens=ARITH["max_new_tokens"]),
+    metrics = held_out(PROBLEM_SETS["arithmetic"](), plain, tok, llm.Sampling(max_new_tokens=ARITH["max_new_tokens"]),
                        ARITH["eval_prompts"], samples=records)
-    assert metrics == summary["metrics"]
+    assert metrics == {k: summary["metrics"][k] for k in metrics}
     logged = [r for r in _lines(summary["paths"]["samples"]) if r["step"] == 3]
     assert len(logged) == SAMPLES and [r["completion"] for r in records[:SAMPLES]] == [r["completion"] for r in logged]
     start = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
@@ -83,11 +83,11 @@ def _lines(path):
 
 
 def test_each_evaluation_writes_held_out_samples_and_logs_one(folder, tmp_path, no_plot, capsys):
-    from hyperscalees.tasks.llm.finetune import SAMPLES
+    from hyperscalees.tasks.finetune import SAMPLES
     summary = run(config(folder, tmp_path / "run", steps=3))  # evaluations at the start, steps 2 and 3
     rows = _lines(summary["paths"]["samples"])
     assert [r["step"] for r in rows] == [0] * SAMPLES + [2] * SAMPLES + [3] * SAMPLES
-    test = LLM_TASKS["arithmetic"]()
+    test = PROBLEM_SETS["arithmetic"]()
     assert [r["prompt"] for r in rows[:SAMPLES]] == test.prompts("test", 0, SAMPLES)
     for r in rows:
         assert set(r) == {"step", "prompt", "completion", "reward", "correct"}
@@ -101,12 +101,13 @@ def test_held_out_accuracy_before_training_is_step_0_and_the_summarys_before(fol
     the shared evaluator scores the model folder; a resumed run does not score it again;
     ``eval_at_start=False`` (bench llm's ES runs, which score the start themselves) skips it."""
     from hyperscalees import llm
-    from hyperscalees.tasks.llm.evaluate import held_out
+    from hyperscalees.tasks.problems.evaluate import held_out
     summary = run(config(folder, tmp_path / "run", steps=2, reward=variety))
     start, tok = llm.load_causal_lm(folder)
-    expected = held_out(LLM_TASKS["arithmetic"](), start, tok, llm.Sampling(max_new_tokens=ARITH["max_new_tokens"]),
+    expected = held_out(PROBLEM_SETS["arithmetic"](), start, tok, llm.Sampling(max_new_tokens=ARITH["max_new_tokens"]),
                         ARITH["eval_prompts"])
-    assert summary["before"] == expected
+    assert {k: summary["before"][k] for k in expected} == expected
+    assert summary["before"]["reward_errors"] == summary["before"]["reward_timeouts"] == 0  # --reward's counters
     rows = _lines(summary["paths"]["metrics_jsonl"])
     assert rows[0]["step"] == 0 and {k: rows[0][k] for k in expected} == expected and "fitness_mean" not in rows[0]
     assert [r["step"] for r in rows[1:]] == [1, 2]
@@ -130,18 +131,18 @@ def test_the_cli_refuses_a_missing_model_and_bad_task_options(tmp_path, capsys):
 
 
 def test_training_prompts_depend_on_the_step_only(folder):
-    from hyperscalees.tasks.llm.finetune import LLMTask
-    a = LLMTask(seed=1, options={"model": folder, **ARITH})
-    b = LLMTask(seed=1, options={"model": folder, **ARITH})
+    from hyperscalees.tasks.finetune import FinetuneTask
+    a = FinetuneTask(seed=1, options={"model": folder, **ARITH})
+    b = FinetuneTask(seed=1, options={"model": folder, **ARITH})
     assert a.step_prompts(5) == b.step_prompts(5) != a.step_prompts(6)
-    assert set(a.step_prompts(0)).isdisjoint(LLM_TASKS["arithmetic"]().prompts("test", 0, 200))
+    assert set(a.step_prompts(0)).isdisjoint(PROBLEM_SETS["arithmetic"]().prompts("test", 0, 200))
 
 
 def test_a_stop_request_during_held_out_evaluation_ends_it_within_one_chunk(folder, monkeypatch):
     from hyperscalees import llm
     from hyperscalees.engine.evaluations import Evaluations
-    from hyperscalees.tasks.llm import evaluate
-    from hyperscalees.tasks.llm.finetune import LLMTask
+    from hyperscalees.tasks.problems import evaluate
+    from hyperscalees.tasks.finetune import FinetuneTask
     monkeypatch.setattr(evaluate, "EVAL_CHUNK", 2)
     chunks, real, signal = [], llm.complete, []
 
@@ -152,7 +153,7 @@ def test_a_stop_request_during_held_out_evaluation_ends_it_within_one_chunk(fold
         return real(model, tokenizer, prompts, *args, **kwargs)
 
     monkeypatch.setattr(llm, "complete", complete)
-    task = LLMTask(options={"model": folder, **ARITH, "eval_prompts": 6})
+    task = FinetuneTask(options={"model": folder, **ARITH, "eval_prompts": 6})
     evals = Evaluations(task, task.build_model(), signalled=lambda: signal[-1] if len(signal) > 1 else None)
     assert evals.run(1) and chunks == [2, 2, 2]  # a whole pass: three chunks
     kept, metrics = task.samples(), evals.metrics

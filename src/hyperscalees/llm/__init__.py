@@ -1,20 +1,27 @@
-"""Pretrained language models as ES populations: load, choose what evolves, generate, export.
+"""Pretrained language models as ES populations: load, choose what evolves, generate, reward, export.
+
+"My model, my prompts, my reward" in a few lines (no es_map or group_fitness to remember):
 
     from hyperscalees import llm
     model, tok = llm.load_causal_lm("path/to/model")          # offline: a local folder or a .gguf file
-    es = hs.EGGROLL(model, population=64, sigma=1e-3, lr=1e-3, es_map=llm.evolving(model))
-    out = llm.generate(es, tok, ["2+3=", "7*6="], llm.Sampling(max_new_tokens=8))
-    es.tell(reward(out))                                       # (64, 2) scores, one column per prompt
+    es = llm.EGGROLL(model, population=32)                     # block matrices evolve; scores per prompt
+    fitness = llm.RewardFitness(tok, ["2+3=", "7*6="], my_reward, llm.Sampling(max_new_tokens=8))
+    for step in range(10):
+        es.tell(fitness.population(es))                        # my_reward(prompt, completion) -> float
     llm.save_pretrained(model, tok, "out/")                    # loads in plain transformers
 
+``llm.SafeReward("file.py:fn", timeout=5.0)`` runs an untrusted reward in a worker process.
 Needs the ``llm`` extra (transformers; gguf for .gguf files; rwkv7-hf for RWKV-7). Nothing here
 downloads: every path is local.
 """
+from .es import EGGROLL
+from .fitness import RewardFailedError, RewardFitness
 from .generate import Generations, Sampling, complete, generate
+from .reward import RewardLoadError, SafeReward
 from .select import evolving
 
-__all__ = ["Generations", "Sampling", "complete", "evolving", "generate", "load_causal_lm", "save_pretrained",
-           "RewardFitness", "smollm2_path"]
+__all__ = ["EGGROLL", "Generations", "RewardFailedError", "RewardFitness", "RewardLoadError", "SafeReward",
+           "Sampling", "complete", "evolving", "generate", "load_causal_lm", "save_pretrained", "smollm2_path"]
 
 
 def __getattr__(name):  # transformers loads only when a model is loaded or saved
@@ -24,7 +31,4 @@ def __getattr__(name):  # transformers loads only when a model is loaded or save
     if name == "save_pretrained":
         from .export import save_pretrained
         return save_pretrained
-    if name == "RewardFitness":
-        from .fitness import RewardFitness
-        return RewardFitness
     raise AttributeError(f"module 'hyperscalees.llm' has no attribute {name!r}")

@@ -106,6 +106,8 @@ def _load(path, *, dtype, device, gguf_file):
         tokenizer = (transformers.PreTrainedTokenizerFast.from_pretrained(folder, **common)
                      if (folder / "tokenizer.json").exists() else _rwkv7_tokenizer(folder, rwkv7_hf))
     else:
+        if not gguf_file:
+            _check_tokenizer(folder)  # before the model loads, and instead of transformers' five-line guess
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **common)
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **common)
         if gguf_file:
@@ -114,6 +116,17 @@ def _load(path, *, dtype, device, gguf_file):
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model.to(device).eval(), tokenizer
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model")
+
+
+def _check_tokenizer(folder: Path) -> None:
+    """A folder without any tokenizer file is refused in one line saying so."""
+    if not any((folder / name).exists() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(f"{folder} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save the "
+                                "model's tokenizer there with tokenizer.save_pretrained(folder)")
 
 
 def _drop_gguf_quantizer(model) -> None:

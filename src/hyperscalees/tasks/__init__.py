@@ -2,14 +2,14 @@
 from .base import AbstractTask, EvaluationStopped, NoOptions, member_major
 from .digits import DigitsTask
 from .lm import LMTask
-from .llm.finetune import LLMTask
+from .finetune import FinetuneTask
 from .poly import PolyTask
 from .predict2 import Predict2Task
 from .rl import RLTask
 from .xor import XorTask
 
 TASKS: dict[str, type[AbstractTask]] = {t.name: t for t in (XorTask, Predict2Task, PolyTask, DigitsTask, RLTask,
-                                                               LMTask, LLMTask)}
+                                                               LMTask, FinetuneTask)}
 
 
 def get_task(name: str) -> type[AbstractTask]:
@@ -19,5 +19,5 @@ def get_task(name: str) -> type[AbstractTask]:
     return TASKS[name]
 
 
-__all__ = ["AbstractTask", "DigitsTask", "EvaluationStopped", "LLMTask", "LMTask", "NoOptions", "PolyTask",
+__all__ = ["AbstractTask", "DigitsTask", "EvaluationStopped", "FinetuneTask", "LMTask", "NoOptions", "PolyTask",
            "Predict2Task", "RLTask", "TASKS", "XorTask", "get_task", "member_major"]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from hyperscalees.tasks.llm import RewardLoadError, SafeReward
+from hyperscalees.llm import RewardLoadError, SafeReward
 
 USER_REWARD = textwrap.dedent("""
     import math, os, time

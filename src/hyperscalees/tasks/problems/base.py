@@ -93,7 +93,7 @@ def check_template(template: str) -> None:
                          "(write literal braces as {{ and }})") from e
 
 
-class VerifiableTask:
+class ProblemSet:
     """Indexed problems in a train and a held-out split, and the reward of a completion.
 
     Subclasses set ``name`` and ``Options`` (a frozen dataclass; a dict is accepted too) and

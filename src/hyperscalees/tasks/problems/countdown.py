@@ -46,7 +46,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from ..base import option
-from .base import Problem, Score, VerifiableTask, answer_tag, check_template, split_of
+from .base import Problem, Score, ProblemSet, answer_tag, check_template, split_of
 
 MAX_CHARS = 200
 MAX_DEPTH = 32
@@ -260,7 +260,7 @@ def _combine(rng: random.Random, items: list[tuple[int, str, int]]) -> None:
     items.append((value, f"{left} {op} {right}", p))
 
 
-class CountdownTask(VerifiableTask):
+class CountdownProblems(ProblemSet):
     """Countdown problems with the exact verifier; see the module docstring for rules and rewards."""
 
     name = "countdown"

@@ -9,8 +9,8 @@ from fractions import Fraction
 import pytest
 
 from hyperscalees.tasks.countdown import ExpressionError, evaluate, parses, verify
-from hyperscalees.tasks.llm import CountdownTask
-from hyperscalees.tasks.llm.countdown import MAX_CHARS, MAX_DEPTH
+from hyperscalees.tasks.problems import CountdownProblems
+from hyperscalees.tasks.problems.countdown import MAX_CHARS, MAX_DEPTH
 
 # (numbers, target, expression, verdict, what the case checks)
 CASES = [
@@ -126,11 +126,11 @@ def test_parses_is_syntax_only():
 
 # -- problems ----------------------------------------------------------------------------------
 def test_generation_is_deterministic_and_seeded():
-    a, b = CountdownTask(seed=1), CountdownTask(seed=1)
+    a, b = CountdownProblems(seed=1), CountdownProblems(seed=1)
     assert a.problems("train", 0, 30) == b.problems("train", 0, 30)
     assert a.problems("test", 5, 10) == b.problems("test", 5, 10)
-    assert a.problems("train", 0, 30) != CountdownTask(seed=2).problems("train", 0, 30)
-    assert a.problems("test", 0, 30) == CountdownTask(seed=2).problems("test", 0, 30)  # held-out: seed-free
+    assert a.problems("train", 0, 30) != CountdownProblems(seed=2).problems("train", 0, 30)
+    assert a.problems("test", 0, 30) == CountdownProblems(seed=2).problems("test", 0, 30)  # held-out: seed-free
     assert a.problem("train", 7) == a.problems("train", 3, 10)[4]
     assert a.problem("train", 3) == a.problem("train", 3 + a.size("train"))  # indices wrap
 
@@ -138,11 +138,11 @@ def test_generation_is_deterministic_and_seeded():
 def test_held_out_problems_never_appear_in_training():
     key = lambda p: (tuple(sorted(p.numbers)), p.answer)  # noqa: E731
     options = {"max_numbers": 3, "max_value": 12, "min_target": 10, "max_target": 60}  # a small problem space
-    test = {key(p) for p in CountdownTask(options=options).problems("test", 0, 60)}
-    validation = {key(p) for p in CountdownTask(options=options).problems("validation", 0, 60)}
+    test = {key(p) for p in CountdownProblems(options=options).problems("test", 0, 60)}
+    validation = {key(p) for p in CountdownProblems(options=options).problems("validation", 0, 60)}
     assert len(validation) > 40 and not validation & test
     for seed in range(3):
-        train = {key(p) for p in CountdownTask(seed=seed, options=options).problems("train", 0, 300)}
+        train = {key(p) for p in CountdownProblems(seed=seed, options=options).problems("train", 0, 300)}
         assert len(train) > 200 and not train & test and not train & validation
 
 
@@ -150,7 +150,7 @@ def test_held_out_problems_never_appear_in_training():
                                      {"min_numbers": 5, "max_numbers": 6, "use_all": False},
                                      {"min_numbers": 3, "max_numbers": 3, "max_value": 999, "max_target": 10_000}])
 def test_every_problem_is_solvable_by_its_construction(options):
-    task = CountdownTask(seed=4, options=options)
+    task = CountdownProblems(seed=4, options=options)
     o = task.options
     for split in ("train", "test"):
         for p in task.problems(split, 0, 40):
@@ -165,7 +165,7 @@ def test_every_problem_is_solvable_by_its_construction(options):
 
 
 def test_use_all_builds_the_target_from_every_number():
-    task = CountdownTask(seed=0, options={"use_all": True})
+    task = CountdownProblems(seed=0, options={"use_all": True})
     for p in task.problems("train", 0, 20):
         expression = p.solution[len("<answer>"):-len("</answer>")]
         used = sorted(int(t) for t in expression.replace("(", " ").replace(")", " ").split() if t.isdigit())
@@ -177,17 +177,17 @@ def test_options_are_checked():
                        ({"max_numbers": 40}, "character"), ({"template": "no field"}, "question"),
                        ({"template": "{question} {other}"}, "other than"), ({"nope": 1}, "unknown option")]:
         with pytest.raises(ValueError, match=match):
-            CountdownTask(options=bad)
+            CountdownProblems(options=bad)
     with pytest.raises(ValueError, match="out of reach"):
-        CountdownTask(options={"max_numbers": 2, "min_numbers": 2, "max_value": 3, "min_target": 500,
+        CountdownProblems(options={"max_numbers": 2, "min_numbers": 2, "max_value": 3, "min_target": 500,
                                "max_target": 900}).problem("train", 0)
     with pytest.raises(ValueError, match="unknown split"):
-        CountdownTask().problem("dev", 0)
+        CountdownProblems().problem("dev", 0)
 
 
 # -- the reward --------------------------------------------------------------------------------
 def test_reward_for_format_and_correctness():
-    task = CountdownTask(seed=0, options={"max_numbers": 3, "min_numbers": 3})
+    task = CountdownProblems(seed=0, options={"max_numbers": 3, "min_numbers": 3})
     p = task.problem("train", 0)
     expression = p.solution[len("<answer>"):-len("</answer>")]
     wrong = " + ".join(map(str, p.numbers)) if sum(p.numbers) != int(p.answer) else " * ".join(map(str, p.numbers))
@@ -208,13 +208,13 @@ def test_reward_for_format_and_correctness():
 
 
 def test_reward_needs_a_prompt_the_task_handed_out():
-    task = CountdownTask()
+    task = CountdownProblems()
     with pytest.raises(KeyError, match="not handed out"):
         task.reward("Using the numbers 1, 2, write ...", "<answer>1 + 2</answer>")
 
 
 def test_a_pickled_task_scores_the_prompts_it_handed_out():
-    task = CountdownTask(seed=3)
+    task = CountdownProblems(seed=3)
     prompts = task.prompts("train", 0, 4)
     copy = pickle.loads(pickle.dumps(task.reward))  # a Ray worker's copy of RewardFitness's reward
     assert [copy(p, "<answer>1</answer>") for p in prompts] == [task.reward(p, "<answer>1</answer>") for p in prompts]
@@ -226,7 +226,7 @@ EASY = {"min_numbers": 3, "max_numbers": 3, "max_value": 9, "min_target": 10, "m
 def test_scores_read_distinct_held_out_problems_and_refuse_beyond_them():
     """A small problem space repeats problems across indices: the first 128 test indices of 3-number
     Countdown hold 113 distinct problems. Scoring reads the first N distinct ones, in index order."""
-    task = CountdownTask(options=EASY)
+    task = CountdownProblems(options=EASY)
     raw = task.prompts("test", 0, 128)
     assert len(set(raw)) < 128                                       # repeats exist (the reason for this)
     distinct = [p.prompt for p in task.distinct_problems("test", 128)]
@@ -241,13 +241,13 @@ def test_scores_read_distinct_held_out_problems_and_refuse_beyond_them():
 
 
 def test_held_out_scores_each_distinct_problem_once(monkeypatch):
-    from hyperscalees.tasks.llm import evaluate
+    from hyperscalees.tasks.problems import evaluate
     asked = []
 
     def fake_complete(model, tokenizer, prompts, sampling):
         asked.extend(prompts)
         return ["<answer>1</answer>"] * len(prompts), None, None
     monkeypatch.setattr(evaluate.llm, "complete", fake_complete)
-    task = CountdownTask(options=EASY)
+    task = CountdownProblems(options=EASY)
     metrics = evaluate.held_out(task, None, None, count=128)
     assert len(asked) == len(set(asked)) == 128 and metrics["formatted"] == 1.0

@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 
 from ..base import option
-from .base import NUMBER_INSTRUCTION, Problem, Score, VerifiableTask, check_template, split_of
+from .base import NUMBER_INSTRUCTION, Problem, Score, ProblemSet, check_template, split_of
 from .numeric import check_numeric
 
 NAMES = ("Ana", "Ben", "Carla", "Dev", "Emma", "Farid", "Gita", "Hugo", "Iris", "Jon", "Kemal", "Lena")
@@ -81,7 +81,7 @@ def _step(rng: random.Random, kind: str, x: int, top: int, name: str, thing: str
     return text, work, y, f"{kind}{b}"
 
 
-class ArithmeticTask(VerifiableTask):
+class ArithmeticProblems(ProblemSet):
     """Seeded multi-step word problems; see the module docstring."""
 
     name = "arithmetic"

@@ -12,7 +12,9 @@ What counts as a failure, scored ``worst`` and counted in ``counts`` (it never s
 - the call runs past ``timeout`` seconds: ``counts["timeouts"]``;
 - the value is NaN or infinite: ``counts["nonfinite"]``.
 
-``counts["calls"]`` counts every call and ``last_error`` says what went wrong last. ``worst``
+``counts["calls"]`` counts every call, ``last_error`` says what went wrong last and
+``failures()`` sums the three kinds (``llm.RewardFitness`` reads it to tell a step in which every
+call failed). ``worst``
 should be at or below the reward's lowest value: -1.0 by default, under the 0.0 of a wrong answer
 of the tasks here, so a completion that breaks the reward never beats one that does not.
 
@@ -29,6 +31,9 @@ running in the background) and the next pairs run in a new thread.
 **Pickling.** A ``SafeReward`` pickles as its path (or pickled callable) and settings, with its
 counts; the copy starts its own worker on first use, so a Ray worker can rebuild it.
 ``llm.RewardFitness`` calls :meth:`batch` once per chunk when the reward has one.
+
+A reward's own keyword arguments (``reward(prompt, completion, **fields)``: a JSONL row's other
+columns, as TRL passes dataset columns) go with each pair: ``batch(prompts, completions, fields)``.
 """
 from __future__ import annotations
 
@@ -128,10 +133,10 @@ class _ThreadRunner(_Runner):
         self.fn, self.queue, self.abandoned = fn, queue.SimpleQueue(), False
 
     def _run(self, pairs: list) -> None:
-        for prompt, completion in pairs:
+        for prompt, completion, fields in pairs:
             if self.abandoned:
                 return
-            self.queue.put(score(self.fn, prompt, completion))
+            self.queue.put(score(self.fn, prompt, completion, fields))
 
     def submit(self, pairs: list) -> bool:
         threading.Thread(target=self._run, args=(pairs,), daemon=True).start()
@@ -201,15 +206,19 @@ class SafeReward:
         return _ProcessRunner(init, self.load_timeout, self.what)
 
     # -- calls -------------------------------------------------------------------------------
-    def __call__(self, prompt: str, completion: str) -> float:
-        """One pair's reward (``worst`` on a failure)."""
-        return self.batch([prompt], [completion])[0]
+    def __call__(self, prompt: str, completion: str, **fields) -> float:
+        """One pair's reward (``worst`` on a failure); ``fields`` reach the reward as keyword arguments."""
+        return self.batch([prompt], [completion], [fields])[0]
 
-    def batch(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
-        """Rewards of many pairs, one message to the worker; each pair has its own timeout."""
-        if len(prompts) != len(completions):
-            raise ValueError(f"need one completion per prompt, got {len(prompts)} and {len(completions)}")
-        pairs = list(zip(prompts, completions))
+    def batch(self, prompts: Sequence[str], completions: Sequence[str],
+              fields: Sequence[dict] | None = None) -> list[float]:
+        """Rewards of many pairs, one message to the worker; each pair has its own timeout.
+        ``fields[i]`` (a dict, one per pair) are pair ``i``'s keyword arguments."""
+        fields = [{}] * len(prompts) if fields is None else list(fields)
+        if not len(prompts) == len(completions) == len(fields):
+            raise ValueError(f"need one completion and one fields dict per prompt, got {len(prompts)} prompts, "
+                             f"{len(completions)} completions and {len(fields)} fields")
+        pairs = list(zip(prompts, completions, fields))
         scores: list[float] = []
         with self._lock:
             self.counts["calls"] += len(pairs)
@@ -218,6 +227,10 @@ class SafeReward:
                     break
                 self._collect(pairs, scores)
         return scores
+
+    def failures(self) -> int:
+        """Calls that scored ``worst``: errors, timeouts and non-finite values."""
+        return self.counts["errors"] + self.counts["timeouts"] + self.counts["nonfinite"]
 
     def _ensure_runner(self, left: int, scores: list[float]) -> bool:
         """A live runner, restarting one if needed; on a failed restart the rest scores worst."""

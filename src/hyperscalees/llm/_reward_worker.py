@@ -3,7 +3,7 @@
 Standard library only: the worker runs this file as a script (``python _reward_worker.py``),
 so it starts in tens of milliseconds without importing torch or hyperscalees. The parent sends
 pickled messages on the worker's stdin: first ``{"sys_path", "cwd", "spec" or "pickled"}``,
-then ``("batch", [(prompt, completion), ...])``; the worker answers on its original stdout
+then ``("batch", [(prompt, completion, fields), ...])`` (``fields``: a dict of keyword arguments, often empty); the worker answers on its original stdout
 ``("ready", None)`` or ``("load_error", message)``, then one ``("ok", float)`` or
 ``("error", message)`` per pair, as each finishes. The user's prints go to stderr (the
 protocol owns stdout). The worker ignores Ctrl-C (the parent decides) and exits when its
@@ -77,13 +77,14 @@ def load_function(spec: str):
     return obj
 
 
-def score(fn, prompt: str, completion: str) -> tuple[str, object]:
+def score(fn, prompt: str, completion: str, fields: dict | None = None) -> tuple[str, object]:
     """One call of the reward as a protocol reply: ``("ok", float)``, or ``("error", message)`` when
     it raises or returns something ``float()`` refuses. NaN and inf pass as "ok": the parent
     counts them apart (``counts["nonfinite"]``). Shared by the worker process and the thread runner,
-    so both isolations score a reward alike."""
+    so both isolations score a reward alike. ``fields`` (a JSONL row's other columns) are passed as
+    keyword arguments, as TRL passes dataset columns to its reward functions."""
     try:
-        value = fn(prompt, completion)
+        value = fn(prompt, completion, **(fields or {}))
     except (Exception, SystemExit) as e:
         return "error", f"{type(e).__name__}: {str(e)[:500]}"
     try:
@@ -126,8 +127,8 @@ def main() -> None:
             _, pairs = pickle.load(inbox)
         except EOFError:
             return
-        for prompt, completion in pairs:
-            send(score(fn, prompt, completion))
+        for prompt, completion, fields in pairs:
+            send(score(fn, prompt, completion, fields))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from hyperscalees.tasks.llm import LLM_TASKS, ArithmeticTask, DataError, Gsm8kTask, Problem, get_llm_task
-from hyperscalees.tasks.llm.numeric import check_numeric, extract_answer, last_number, to_fraction
+from hyperscalees.tasks.problems import PROBLEM_SETS, ArithmeticProblems, DataError, Gsm8kProblems, Problem, get_problem_set
+from hyperscalees.tasks.problems.numeric import check_numeric, extract_answer, last_number, to_fraction
 
 
 @pytest.mark.parametrize("text, number", [
@@ -48,12 +48,12 @@ def test_exact_comparison_and_reward():
 
 # -- arithmetic ----------------------------------------------------------------------------------
 def test_arithmetic_problems_are_seeded_correct_and_bounded():
-    task = ArithmeticTask(seed=5)
+    task = ArithmeticProblems(seed=5)
     train = task.problems("train", 0, 150)
-    assert train == ArithmeticTask(seed=5).problems("train", 0, 150)
-    assert train != ArithmeticTask(seed=6).problems("train", 0, 150)
+    assert train == ArithmeticProblems(seed=5).problems("train", 0, 150)
+    assert train != ArithmeticProblems(seed=6).problems("train", 0, 150)
     test = task.problems("test", 0, 50)
-    assert test == ArithmeticTask(seed=6).problems("test", 0, 50)
+    assert test == ArithmeticProblems(seed=6).problems("test", 0, 50)
     for p in train + test:
         assert 1 <= int(p.answer) <= 999
         assert task.reward(p.prompt, p.solution) == 1.0
@@ -73,29 +73,29 @@ def test_arithmetic_held_out_is_disjoint_from_training():
         return tuple(w for w in p.prompt.split() if w[0].isdigit() or w in ("buys", "gives", "doubles", "triples",
                                                                              "splits", "bags"))
     small = {"min_steps": 2, "max_steps": 2, "max_number": 5}  # few distinct stories: overlaps would show
-    test = {story(p) for p in ArithmeticTask(options=small).problems("test", 0, 200)}
-    validation = {story(p) for p in ArithmeticTask(options=small).problems("validation", 0, 200)}
+    test = {story(p) for p in ArithmeticProblems(options=small).problems("test", 0, 200)}
+    validation = {story(p) for p in ArithmeticProblems(options=small).problems("validation", 0, 200)}
     assert len(test) > 50 and len(validation) > 50 and not test & validation
     for seed in range(2):
-        train = {story(p) for p in ArithmeticTask(seed=seed, options=small).problems("train", 0, 1000)}
+        train = {story(p) for p in ArithmeticProblems(seed=seed, options=small).problems("train", 0, 1000)}
         assert len(train) > 300 and not train & test and not train & validation
     # validation, like test, is the same for every seed
-    assert ArithmeticTask(seed=3).problems("validation", 0, 5) == ArithmeticTask(seed=4).problems("validation", 0, 5)
+    assert ArithmeticProblems(seed=3).problems("validation", 0, 5) == ArithmeticProblems(seed=4).problems("validation", 0, 5)
 
 
 def test_arithmetic_options():
-    easy = ArithmeticTask(options={"min_steps": 1, "max_steps": 1, "max_number": 5})
+    easy = ArithmeticProblems(options={"min_steps": 1, "max_steps": 1, "max_number": 5})
     for p in easy.problems("train", 0, 30):
         assert p.prompt.split("?")[0].count(".") == 2
     with pytest.raises(ValueError, match="min_steps"):
-        ArithmeticTask(options={"min_steps": 3, "max_steps": 2})
+        ArithmeticProblems(options={"min_steps": 3, "max_steps": 2})
     with pytest.raises(ValueError, match="max_number"):
-        ArithmeticTask(options={"max_number": 1})
+        ArithmeticProblems(options={"max_number": 1})
 
 
 def test_template_wraps_the_prompt_and_the_reward_still_finds_it():
     chat = "<|user|>\n{question}<|end|>\n<|assistant|>\n"
-    task = ArithmeticTask(options={"template": chat})
+    task = ArithmeticProblems(options={"template": chat})
     p = task.problem("train", 0)
     assert p.prompt.startswith("<|user|>\n") and p.prompt.endswith("<|assistant|>\n")
     assert task.reward(p.prompt, p.solution) == 1.0
@@ -103,7 +103,7 @@ def test_template_wraps_the_prompt_and_the_reward_still_finds_it():
 
 # -- gsm8k -----------------------------------------------------------------------------------------
 def test_gsm8k_shipped_sample():
-    task = Gsm8kTask()
+    task = Gsm8kProblems()
     assert (task.size("train"), task.size("test")) == (12, 6)
     train, test = task.problems("train", 0, 12), task.problems("test", 0, 6)
     assert not {p.prompt for p in train} & {p.prompt for p in test}
@@ -111,8 +111,8 @@ def test_gsm8k_shipped_sample():
         assert task.reward(p.prompt, p.solution) == 1.0 and "<<" not in p.solution
         assert p.prompt.endswith("Give the final answer as a number inside <answer></answer>.\n")
     assert [p.answer for p in test] == ["152", "9", "46", "17", "12", "-3"]  # file order
-    assert sorted(p.prompt for p in train) == sorted(p.prompt for p in Gsm8kTask(seed=1).problems("train", 0, 12))
-    assert [p.prompt for p in train] != [p.prompt for p in Gsm8kTask(seed=1).problems("train", 0, 12)]
+    assert sorted(p.prompt for p in train) == sorted(p.prompt for p in Gsm8kProblems(seed=1).problems("train", 0, 12))
+    assert [p.prompt for p in train] != [p.prompt for p in Gsm8kProblems(seed=1).problems("train", 0, 12)]
     p = test[0]
     assert task.reward(p.prompt, "6 * 35 = 210, 210 - 58 = 152. <answer>152</answer>") == 1.0
     assert task.reward(p.prompt, "<answer>150</answer>") == 0.1
@@ -134,7 +134,7 @@ def test_gsm8k_file_format(tmp_path):
         {"question": "E?", "answer": "-4"},
         "",
     ])
-    task = Gsm8kTask(options={"train": train, "test": train})
+    task = Gsm8kProblems(options={"train": train, "test": train})
     answers = {p.prompt.split("\n")[0]: p.answer for p in task.problems("test", 0, 5)}
     assert answers == {"A?": "2", "B?": "1250", "C?": "7", "D?": "2.5", "E?": "-4"}
     a = task.problem("test", 0)
@@ -156,28 +156,28 @@ def test_gsm8k_file_format(tmp_path):
 def test_gsm8k_bad_files_name_the_file_and_line(tmp_path, rows, match):
     bad = write(tmp_path / "bad.jsonl", rows)
     with pytest.raises(DataError, match=match):
-        Gsm8kTask(options={"train": bad})
+        Gsm8kProblems(options={"train": bad})
 
 
 def test_gsm8k_validation_split_is_an_optional_file(tmp_path):
     rows = write(tmp_path / "val.jsonl", [{"question": "V?", "answer": "#### 3"}])
-    assert Gsm8kTask(options={"validation": rows}).problem("validation", 0).answer == "3"
+    assert Gsm8kProblems(options={"validation": rows}).problem("validation", 0).answer == "3"
     with pytest.raises(ValueError, match="gsm8k has no validation split: give its JSONL file as the task option"):
-        Gsm8kTask().problem("validation", 0)
+        Gsm8kProblems().problem("validation", 0)
 
 
 def test_gsm8k_missing_file(tmp_path):
     with pytest.raises(DataError, match="no such JSONL file.*nope.jsonl"):
-        Gsm8kTask(options={"test": str(tmp_path / "nope.jsonl")})
+        Gsm8kProblems(options={"test": str(tmp_path / "nope.jsonl")})
 
 
 # -- the registry ------------------------------------------------------------------------------------
 def test_registry():
-    assert sorted(LLM_TASKS) == ["arithmetic", "countdown", "gsm8k"]
-    for name, cls in LLM_TASKS.items():
-        task = get_llm_task(name)(seed=0)
+    assert sorted(PROBLEM_SETS) == ["arithmetic", "countdown", "gsm8k"]
+    for name, cls in PROBLEM_SETS.items():
+        task = get_problem_set(name)(seed=0)
         assert cls.name == name and task.size("train") >= 1 and task.size("test") >= 1
         p = task.problem("test", 0)
         assert task.reward(p.prompt, p.solution) == 1.0 and task.reward(p.prompt, "") == 0.0
-    with pytest.raises(ValueError, match=r"unknown LLM task 'chess'; choose one of \['arithmetic'"):
-        get_llm_task("chess")
+    with pytest.raises(ValueError, match=r"unknown problem set 'chess'; choose one of \['arithmetic'"):
+        get_problem_set("chess")

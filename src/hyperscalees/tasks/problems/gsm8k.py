@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base import option
-from .base import NUMBER_INSTRUCTION, Problem, Score, VerifiableTask, check_template
+from .base import NUMBER_INSTRUCTION, Problem, Score, ProblemSet, check_template
 from .numeric import check_numeric, to_fraction
 
 DATA = Path(__file__).with_name("data")
@@ -102,7 +102,7 @@ def load_jsonl(path: str | Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-class Gsm8kTask(VerifiableTask):
+class Gsm8kProblems(ProblemSet):
     """Numeric-answer word problems read from JSONL; see the module docstring for the format."""
 
     name = "gsm8k"
