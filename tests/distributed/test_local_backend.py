@@ -7,7 +7,7 @@ from torch import nn
 import hyperscalees as hs
 from hyperscalees.distributed import AbstractBackend, LocalBackend, backend_factory, get_backend
 from hyperscalees.engine import make_config, run
-from hyperscalees.engine.loop import build
+from hyperscalees.engine.recipe import build
 from hyperscalees.engine.recipe import TaskRecipe
 
 
