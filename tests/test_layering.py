@@ -15,7 +15,7 @@ LAYERS = ["noise", "ops", "strategies", "nn", "mup", "models", "functional", "ll
           "benchmarks", "cli"]
 TOP = len(LAYERS)  # top-level modules (hyperscalees/__init__.py, __main__.py) may import anything
 # optional heavy dependencies: the only files (glob patterns) that may import each one
-HEAVY = {"ray": ["distributed/ray.py"], "gymnasium": ["tasks/rl/*.py"], "sklearn": ["tasks/digits.py"],
+HEAVY = {"ray": ["distributed/ray.py", "distributed/ray_session.py"], "gymnasium": ["tasks/rl/*.py"], "sklearn": ["tasks/digits.py"],
          "matplotlib": ["engine/plotting.py"], "transformers": ["llm/*.py"], "rwkv7_hf": ["llm/load.py"], "vllm": [], "trl": ["benchmarks/grpo_run.py"],
          "argparse": ["cli/*.py", "benchmarks/grpo_run.py"]}  # grpo_run: a python -m entry point
 FILES = sorted(ROOT.rglob("*.py"))
