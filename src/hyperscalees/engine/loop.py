@@ -21,7 +21,7 @@ import contextlib
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 from pathlib import Path
@@ -88,7 +88,7 @@ class _Run:
     evals: Evaluations
     deadline: float | None
     t0: float
-    saved_at: float = field(default_factory=time.perf_counter)  # a long run loses at most checkpoint_minutes
+    saved_at: float  # the last save (or the start): a long run loses at most checkpoint_minutes to a kill
 
     @property
     def es(self):
@@ -139,7 +139,8 @@ def _start(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start, sta
             backend.start()
     deadline = None if eng.time_budget is None else t0 + eng.time_budget
     evals = Evaluations(task, es.model, lambda: signal_name(stop.signum) if stop.requested else None, deadline)
-    return _Run(cfg, task, backend, out, replacing, restarts, logger, board, stop, evals, deadline, t0)
+    return _Run(cfg, task, backend, out, replacing, restarts, logger, board, stop, evals, deadline, t0,
+                saved_at=time.perf_counter())
 
 
 def _claim(out: Path | None, cfg: TrainConfig, stack: contextlib.ExitStack) -> Replacement | None:
