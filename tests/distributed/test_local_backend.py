@@ -7,8 +7,7 @@ from torch import nn
 import hyperscalees as hs
 from hyperscalees.distributed import AbstractBackend, LocalBackend, backend_factory, get_backend
 from hyperscalees.engine import make_config, run
-from hyperscalees.engine.loop import build
-from hyperscalees.engine.recipe import TaskRecipe
+from hyperscalees.engine.recipe import TaskRecipe, build
 
 
 class ReversedChunks(LocalBackend):
@@ -98,10 +97,10 @@ def test_evaluate_names_bad_shapes_and_keeps_g():
     model = torch.nn.Linear(2, 1)
     es = hs.EGGROLL(model, population=8)
     with pytest.raises(ValueError, match=r"shape \(3,\) for members \[0, 4\)"):
-        hs.evaluate(es, lambda m, lo, hi: torch.zeros(3), chunk=4)
+        hs.evaluate(es, lambda m, lo, hi, step: torch.zeros(3), chunk=4)
     with pytest.raises(ValueError, match="chunk must be an even number"):
-        hs.evaluate(es, lambda m, lo, hi: torch.zeros(hi - lo), chunk=3)
-    f = hs.evaluate(es, lambda m, lo, hi: m(torch.ones(hi - lo, 2)).repeat(1, 3), chunk=4)  # (P, G)
+        hs.evaluate(es, lambda m, lo, hi, step: torch.zeros(hi - lo), chunk=3)
+    f = hs.evaluate(es, lambda m, lo, hi, step: m(torch.ones(hi - lo, 2)).repeat(1, 3), chunk=4)  # (P, G)
     assert f.shape == (8, 3)
 
 
@@ -114,3 +113,21 @@ def test_backend_registry_and_factory_check_options_first():
     with pytest.raises(ValueError, match="workers must be >= 1"):
         backend_factory("ray", {"workers": 0})
     assert issubclass(LocalBackend, AbstractBackend)
+
+
+def test_evaluate_hands_the_step_and_refuses_the_old_three_argument_fitness():
+    """One fitness signature everywhere: hs.evaluate calls (model, lo, hi, step) like every backend,
+    and a (model, lo, hi) function fails at once with a TypeError naming the expected form."""
+    es = hs.EGGROLL(torch.nn.Linear(2, 1), population=8, seed=0)
+    seen = []
+
+    def fitness(m, lo, hi, step):
+        seen.append((lo, hi, step))
+        return m(torch.ones(hi - lo, 2)).squeeze(1)
+    for _ in range(2):
+        es.tell(hs.evaluate(es, fitness, chunk=4))
+    assert seen == [(0, 4, 0), (4, 8, 0), (0, 4, 1), (4, 8, 1)]
+    with pytest.raises(TypeError, match=r"fitness\(model, lo, hi, step\).*\(m, lo, hi\)"):
+        hs.evaluate(es, lambda m, lo, hi: torch.zeros(hi - lo))
+    with pytest.raises(TypeError, match=r"fitness\(model, lo, hi, step\).*got int"):
+        hs.evaluate(es, 3)

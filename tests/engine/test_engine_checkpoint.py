@@ -51,7 +51,7 @@ def trained(steps=2):
 
 def step_once(es, task):
     with torch.no_grad():
-        es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=es.step)))
+        es.tell(hs.evaluate(es, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=step)))
 
 
 def snapshot(model):

@@ -45,7 +45,7 @@ def test_bad_restart_settings_are_refused_by_name(field, value):
 def test_a_strategy_restart_forgets_its_moments_and_restarts_its_decay():
     task = get_task("predict2")(seed=0)
     cfg = make_config("predict2", es={"population": 16, "seed": 1, "lr_decay": 0.5, "sigma_decay": 0.9})
-    from hyperscalees.engine.loop import build
+    from hyperscalees.engine.recipe import build
     _, model, es = build(cfg)
     for step in range(3):
         es.tell(torch.randn(16, generator=torch.Generator().manual_seed(step)))

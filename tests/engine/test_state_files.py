@@ -63,7 +63,7 @@ def test_rl_task_state_round_trips_the_checkpoint_exactly(tmp_path):
     task, model, es = build(cfg)
     with torch.no_grad():
         for _ in range(2):
-            es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=es.step)))
+            es.tell(hs.evaluate(es, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=step)))
     state = task.state_dict()
     assert float(state["stats"]["count"]) > 0 and state["env_steps"] > 0   # something to lose
     save_checkpoint(tmp_path, es, cfg.to_dict(), task_state=state)

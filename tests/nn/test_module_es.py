@@ -22,7 +22,7 @@ X = torch.randn(B, 3, generator=torch.Generator().manual_seed(7))
 Y = torch.randn(B, 2, generator=torch.Generator().manual_seed(8))
 
 
-def fitness_fn(model, lo, hi):
+def fitness_fn(model, lo, hi, step):
     out = model(X.repeat(hi - lo, 1)).view(hi - lo, B, 2)   # member-major rows
     return -((out - Y) ** 2).mean(dim=(1, 2))
 
@@ -49,7 +49,7 @@ def test_evaluate_matches_one_perturbed_forward_and_materialized_members():
     model = mlp()
     es = hs.EGGROLL(model, population=P, sigma=0.1, rank=1, seed=2)
     with es.perturbed():
-        whole = fitness_fn(model, 0, P)
+        whole = fitness_fn(model, 0, P, 0)
     torch.testing.assert_close(hs.evaluate(es, fitness_fn, chunk=4), whole, rtol=1e-6, atol=1e-6)
     pop = es.ask()
     i = 5                                                      # odd member: sign -1 of pair 2
@@ -71,7 +71,7 @@ def test_evaluate_and_perturbed_errors():
     with pytest.raises(ValueError, match="chunk.*3"):
         hs.evaluate(es, fitness_fn, chunk=3)
     with pytest.raises(ValueError, match=r"returned shape \(3,\) for members \[0, 16\)"):
-        hs.evaluate(es, lambda m, lo, hi: torch.zeros(3))
+        hs.evaluate(es, lambda m, lo, hi, step: torch.zeros(3))
     with pytest.raises(ValueError, match="member range"):
         with es.perturbed((1, 5)):
             pass
@@ -173,7 +173,7 @@ def test_bf16_model_stays_bf16_and_trains():
     es = hs.EGGROLL(model, population=P, sigma=0.1, lr=0.05)
     xb, yb = X.bfloat16(), Y.bfloat16()
 
-    def fit(m, lo, hi):
+    def fit(m, lo, hi, step):
         out = m(xb.repeat(hi - lo, 1)).view(hi - lo, B, 2).float()
         return -((out - yb.float()) ** 2).mean(dim=(1, 2))
 

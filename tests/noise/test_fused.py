@@ -116,7 +116,7 @@ def test_a_whole_es_step_through_the_kernel_equals_the_torch_path(monkeypatch, d
         es = hs.EGGROLL(model, population=8, sigma=0.1, rank=2, lr=0.1, seed=3, distribution=distribution)
         ids = torch.arange(4 * 8).remainder(11).view(8, 4)
 
-        def fitness(m, lo, hi):
+        def fitness(m, lo, hi, step):
             return m(ids[lo:hi].reshape(-1)).view(hi - lo, -1).pow(2).mean(dim=1)
         es.tell(hs.evaluate(es, fitness, chunk=4))
         return {k: v.clone() for k, v in model.state_dict().items()}

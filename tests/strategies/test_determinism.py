@@ -32,7 +32,7 @@ def train(threads=None, update_chunk=4096, noise_cache_mib=64.0, chunk=POP, opti
                     deterministic=deterministic)
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(2))
 
-    def fitness(m, lo, hi):
+    def fitness(m, lo, hi, step):
         return -m(x.repeat(hi - lo, 1)).pow(2).view(hi - lo, -1).mean(dim=1)
 
     for _ in range(steps):

@@ -18,7 +18,7 @@ def lm_case():
     model = TinyLM(vocab=13, d=16, layers=1, max_len=6)
     ids = torch.randint(0, 13, (8, 6), generator=torch.Generator().manual_seed(1))
 
-    def fitness(m, lo, hi):
+    def fitness(m, lo, hi, step):
         logits = m(ids[lo:hi])
         return -nn.functional.cross_entropy(logits.reshape(-1, 13), ids[lo:hi].reshape(-1),
                                             reduction="none").view(hi - lo, -1).mean(dim=1)
@@ -30,7 +30,7 @@ def mlp_case():
     model = mlp([5, 16, 3], "tanh")
     x = torch.randn(8 * 4, 5, generator=torch.Generator().manual_seed(1))
 
-    def fitness(m, lo, hi):
+    def fitness(m, lo, hi, step):
         return -m(x[lo * 4:hi * 4]).pow(2).view(hi - lo, -1).mean(dim=1)
     return model, fitness
 
@@ -40,7 +40,7 @@ def rnn_case():
     model = nn.GRU(4, 8, batch_first=True)
     x = torch.randn(8, 5, 4, generator=torch.Generator().manual_seed(1))
 
-    def fitness(m, lo, hi):
+    def fitness(m, lo, hi, step):
         return m(x[lo:hi])[0].pow(2).mean(dim=(1, 2))
     return model, fitness
 

@@ -14,7 +14,7 @@ def _run(cache_mib, chunk):
     x = torch.randn(5, 6)
     fits = []
     for _ in range(3):
-        f = hs.evaluate(es, lambda m, lo, hi: -m(x.repeat(hi - lo, 1)).pow(2).sum(1).view(hi - lo, 5).mean(1), chunk)
+        f = hs.evaluate(es, lambda m, lo, hi, step: -m(x.repeat(hi - lo, 1)).pow(2).sum(1).view(hi - lo, 5).mean(1), chunk)
         fits.append(f)
         es.tell(f)
     return model, fits, es

@@ -16,7 +16,7 @@ def train(name, seed, max_steps, check_every=5, **es_overrides):
     metrics = task.evaluate(model)
     with torch.no_grad():
         while es.step < max_steps:
-            es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=es.step)))
+            es.tell(hs.evaluate(es, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=step)))
             if es.step % check_every == 0:
                 metrics = task.evaluate(model)
                 if task.solved(metrics):

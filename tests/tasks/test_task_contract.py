@@ -47,7 +47,7 @@ def test_antithetic_twins_differ_only_by_sign(tasks, name):
     model = task.build_model()
     es = hs.EGGROLL(model, population=8, sigma=1e-3, rank=1, lr=0.01, seed=1)
     with torch.no_grad():
-        f = per_member(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=2), chunk=4))
+        f = per_member(hs.evaluate(es, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=2), chunk=4))
         base = per_member(task.fitness(model, 0, 2, step=2))[0]
     pair_mean = f.view(-1, 2).mean(dim=1)
     spread = (f.view(-1, 2)[:, 0] - f.view(-1, 2)[:, 1]).abs().max()

@@ -149,13 +149,13 @@ def test_state_is_carried_across_windows_and_chunks_agree():
     es = hs.EGGROLL(model, population=8, sigma=0.05, rank=1, lr=0.01, seed=2)
     fresh = task.fitness(model, 0, 2, step=1)        # step 1 with no step 0 before it: fresh state
     with torch.no_grad():
-        whole = hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=0))
+        whole = hs.evaluate(es, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=0))
         again = get_task("lm")(seed=1, options=SMALL)
-        chunked = hs.evaluate(es, lambda m, lo, hi: again.fitness(m, lo, hi, step=0), chunk=4)
+        chunked = hs.evaluate(es, lambda m, lo, hi, step: again.fitness(m, lo, hi, step=0), chunk=4)
         assert torch.allclose(whole, chunked, atol=1e-5)
         es.tell(whole)
-        a = hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=1))
-        b = hs.evaluate(es, lambda m, lo, hi: again.fitness(m, lo, hi, step=1), chunk=2)
+        a = hs.evaluate(es, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=1))
+        b = hs.evaluate(es, lambda m, lo, hi, step: again.fitness(m, lo, hi, step=1), chunk=2)
     assert a.shape == (8, 2) and torch.allclose(a, b, atol=1e-5)
     st = task.state_dict()
     assert st["start_step"] == 2 and st["state"][0].shape == (8 * 2, 1, 16)
@@ -245,7 +245,7 @@ def test_ntt_option_adds_trained_feature_tables():
     es = hs.EGGROLL(model, population=4, sigma=0.05, rank=1, lr=0.01, seed=0)
     before = model.ntt.tables[0].weight.clone()
     with torch.no_grad():
-        es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=0)))
+        es.tell(hs.evaluate(es, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=0)))
     assert not torch.equal(before, model.ntt.tables[0].weight)      # ES moves the feature tables too
 
 

@@ -13,7 +13,7 @@ def test_poly_mse_decreases():
     with torch.no_grad():
         for _ in range(3):
             for _ in range(20):
-                es.tell(hs.evaluate(es, lambda m, lo, hi: task.fitness(m, lo, hi, step=es.step)))
+                es.tell(hs.evaluate(es, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=step)))
             curve.append(task.evaluate(model)["mse"])
     assert curve[-1] < 0.1 * curve[0], curve
     assert curve[1] < curve[0] and curve[3] < curve[1], curve

@@ -193,7 +193,7 @@ def chunked_inference(work: Workload, population: int, chunk: int) -> Callable[[
 def es_step(es, work: Workload, chunk: int) -> Callable[[], object]:
     """One full ES step: noise + population forward (chunked) + shaping + update."""
     def run():
-        return es.tell(evaluate(es, work.fitness, chunk))
+        return es.tell(evaluate(es, lambda m, lo, hi, step: work.fitness(m, lo, hi), chunk))
     return run
 
 

@@ -41,7 +41,7 @@ def probe(population: int, chunk: int, warmup: int, repeats: int, device: str = 
     y = torch.randn(ROWS_PER_MEMBER, 4, generator=g).to(device)
     es = EGGROLL(model, population=population, sigma=0.05, rank=1, lr=1e-3, optimizer="adam", seed=0)
 
-    def fitness(m, lo, hi):
+    def fitness(m, lo, hi, step):
         out = m(x.repeat(hi - lo, 1)).view(hi - lo, ROWS_PER_MEMBER, -1)
         return -(out - y).pow(2).mean(dim=(1, 2))
 

@@ -14,5 +14,4 @@ class LocalBackend(AbstractBackend):
     name = "local"
 
     def evaluate(self) -> Tensor:
-        step = self.es.step
-        return evaluate(self.es, lambda model, lo, hi: self.fitness(model, lo, hi, step), self.chunk)
+        return evaluate(self.es, self.fitness, self.chunk)

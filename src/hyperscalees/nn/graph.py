@@ -29,7 +29,10 @@ from ..noise.keys import mix_int
 from ..noise.sampling import param_epoch_key, sampler, static_keys
 from ..strategies.metrics import StepMetrics
 from ..strategies.rules.torch_optim import OptimizerRule
-from .evaluate import FitnessFn, evaluate
+from .evaluate import evaluate
+
+
+GraphFitness = Callable[[torch.nn.Module, int, int], Tensor]  # (model, lo, hi): a replay has no new step
 
 
 class CudaGraphCapture:
@@ -85,11 +88,12 @@ def capture_obstacle(es, device: torch.device, capture_factory) -> str | None:
 class GraphedStep:
     """``step = GraphedStep(es, fitness_fn)``; each ``step()`` runs one ES step and returns its metrics.
 
-    ``fitness_fn(model, lo, hi)`` is what :func:`~hyperscalees.evaluate` takes; it must read
-    inputs that stay at one address (update them in place between steps).
+    ``fitness_fn(model, lo, hi)``: :func:`~hyperscalees.evaluate`'s fitness without ``step``, since
+    a replay re-runs the step it captured and cannot hand a new one; it must read inputs that
+    stay at one address (update them in place between steps).
     """
 
-    def __init__(self, es, fitness_fn: FitnessFn, chunk: int | None = None, enabled: bool = True,
+    def __init__(self, es, fitness_fn: GraphFitness, chunk: int | None = None, enabled: bool = True,
                  warmup: int = 2, capture_factory=CudaGraphCapture):
         self.es, self.fitness_fn, self.chunk, self.warmup = es, fitness_fn, chunk, warmup
         strategy = es.strategy
@@ -108,7 +112,7 @@ class GraphedStep:
         return self.graph is not None
 
     def _eager_step(self) -> StepMetrics:
-        return self.es.tell(evaluate(self.es, self.fitness_fn, self.chunk))
+        return self.es.tell(evaluate(self.es, lambda m, lo, hi, step: self.fitness_fn(m, lo, hi), self.chunk))
 
     def _write_keys(self) -> None:
         """This step's key words into the fixed buffers (no host wait: pinned, asynchronous)."""

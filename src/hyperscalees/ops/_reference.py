@@ -147,6 +147,81 @@ def _trunc_norm_reference(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return (torch.div(x * w, m, rounding_mode="trunc") + b).clamp(-127, 127)
 
 
+def _isq(n: int) -> int:
+    return 16 * math.isqrt(n)
+
+
+def _exp_table() -> list[int]:
+    """The softmax weights' table: round(exp(-i/6) * 2^18) for i in 0..255 (i in 1/6-nat steps)."""
+    return [max(0, int(math.floor(math.exp(-i / 6) * 2**18 + 0.5))) for i in range(256)]
+
+
+def _gelu_reference(q: int) -> int:
+    g = 0.5 * (q / 16) * (1 + math.erf(q / 16 / math.sqrt(2))) * 16
+    return int(math.copysign(math.floor(abs(g) + 0.5), g))
+
+
+def _lin_reference(member, shifts, name: str, x: Tensor, divisor: int, saturate: bool) -> Tensor:
+    """Layer ``name`` (its weight, its bias if it has one) on one int8 vector."""
+    y = int_linear_reference(x, member[name + ".weight"], shifts[name + ".weight"], divisor, saturate=False)
+    if name + ".bias" in member:
+        y = y + member[name + ".bias"]
+    return y.clamp(-127, 127) if saturate else y
+
+
+def _mlp_reference(member, shifts, p: str, x: Tensor, ratio: int) -> Tensor:
+    """Norm, up projection, integer GELU, down projection (the block's residual branch)."""
+    d = x.shape[0]
+    h = _trunc_norm_reference(x, member[p + "norm.weight"], member[p + "norm.bias"])
+    up = _lin_reference(member, shifts, p + "up", h, _isq(d), True)
+    gelu = torch.tensor([_gelu_reference(int(u)) for u in up], dtype=torch.int64).clamp(-127, 127)
+    return _lin_reference(member, shifts, p + "down", gelu, 2 * _isq(ratio * d), False)
+
+
+def _rotate_reference(z: Tensor, t: int, heads: int, rope_base: float) -> Tensor:
+    """Rotary position ``t`` on each head's (even, odd) pairs, cos and sin in 2^-20 fixed point."""
+    hd = z.shape[0] // heads
+    out = z.clone()
+    for hh in range(heads):
+        for i in range(hd // 2):
+            theta = t * rope_base ** (-2.0 * i / hd)
+            c = int(math.floor(math.cos(theta) * 2**20 + 0.5))
+            s = int(math.floor(math.sin(theta) * 2**20 + 0.5))
+            e, o = int(z[hh * hd + 2 * i]), int(z[hh * hd + 2 * i + 1])
+            out[hh * hd + 2 * i] = (e * c - o * s + 2**19) >> 20
+            out[hh * hd + 2 * i + 1] = (e * s + o * c + 2**19) >> 20
+    return out
+
+
+def _attend_reference(q: Tensor, keys: list[Tensor], values: list[Tensor], heads: int) -> Tensor:
+    """Each head's query against every cached key: table softmax weights, truncated weighted mean."""
+    d = q.shape[0]
+    hd, exp_table = d // heads, _exp_table()
+    att = torch.zeros(d, dtype=torch.int64)
+    for hh in range(heads):
+        sl = slice(hh * hd, (hh + 1) * hd)
+        scores = [int((q[sl] * kj[sl]).sum()) for kj in keys]
+        top = max(scores)
+        ws = [exp_table[min(max((top >> 8) - (s >> 8), 0), 255)] for s in scores]
+        num = sum(w * vj[sl] for w, vj in zip(ws, values))
+        att[sl] = torch.div(num, sum(ws), rounding_mode="trunc").clamp(-127, 127)
+    return att
+
+
+def _block_reference(member, shifts, p: str, x: Tensor, t: int, cache: tuple[list, list], heads: int,
+                     rope_base: float, ratio: int) -> Tensor:
+    """Block ``p`` on token ``t``'s vector: attention over the cache (this token's key and value added),
+    then the MLP, each a requantised residual."""
+    h = _trunc_norm_reference(x, member[p + "norm.weight"], member[p + "norm.bias"])
+    q, k, v = (_lin_reference(member, shifts, p + name, h, 1, False) for name in ("q", "k", "v"))
+    q = _requant_reference(_rotate_reference(q, t, heads, rope_base))
+    cache[0].append(_requant_reference(_rotate_reference(k, t, heads, rope_base)))
+    cache[1].append(_requant_reference(v))
+    att = _attend_reference(q, cache[0], cache[1], heads)
+    x = _requant_reference(x + _lin_reference(member, shifts, p + "o", att, 2 * _isq(x.shape[0]), False))
+    return _requant_reference(x + _mlp_reference(member, shifts, p + "mlp.", x, ratio))
+
+
 def transformer_reference(member: dict[str, Tensor], shifts: dict[str, int], tokens: Tensor, layers: int,
                           heads: int, init_mlp: bool = True, rope_base: float = 10000.0, ratio: int = 4) -> Tensor:
     """One member of the int8 transformer, stream by stream, token by token with a KV cache.
@@ -156,40 +231,6 @@ def transformer_reference(member: dict[str, Tensor], shifts: dict[str, int], tok
     """
     table = member["embed.weight"]
     d = table.shape[1]
-    hd = d // heads
-    isq = lambda n: 16 * math.isqrt(n)
-    exp_table = [max(0, int(math.floor(math.exp(-i / 6) * 2**18 + 0.5))) for i in range(256)]
-    exp_table = [e if e >= 1 else 0 for e in exp_table]
-
-    def gelu(q):
-        g = 0.5 * (q / 16) * (1 + math.erf(q / 16 / math.sqrt(2))) * 16
-        return int(math.copysign(math.floor(abs(g) + 0.5), g))
-
-    def lin(name, x, divisor, saturate, bias=True):
-        w = member[name + ".weight"]
-        y = int_linear_reference(x, w, shifts[name + ".weight"], divisor, saturate=False)
-        if bias and name + ".bias" in member:
-            y = y + member[name + ".bias"]
-        return y.clamp(-127, 127) if saturate else y
-
-    def mlp(p, x):
-        h = _trunc_norm_reference(x, member[p + "norm.weight"], member[p + "norm.bias"])
-        up = lin(p + "up", h, isq(d), True)
-        return lin(p + "down", torch.tensor([gelu(int(u)) for u in up], dtype=torch.int64).clamp(-127, 127),
-                   2 * isq(ratio * d), False)
-
-    def rotate(z, t):
-        out = z.clone()
-        for hh in range(heads):
-            for i in range(hd // 2):
-                theta = t * rope_base ** (-2.0 * i / hd)
-                c = int(math.floor(math.cos(theta) * 2**20 + 0.5))
-                s = int(math.floor(math.sin(theta) * 2**20 + 0.5))
-                e, o = int(z[hh * hd + 2 * i]), int(z[hh * hd + 2 * i + 1])
-                out[hh * hd + 2 * i] = (e * c - o * s + 2**19) >> 20
-                out[hh * hd + 2 * i + 1] = (e * s + o * c + 2**19) >> 20
-        return out
-
     logits = []
     for r in range(tokens.shape[0]):
         cache = [([], []) for _ in range(layers)]
@@ -197,27 +238,12 @@ def transformer_reference(member: dict[str, Tensor], shifts: dict[str, int], tok
         for t in range(tokens.shape[1]):
             x = (table[int(tokens[r, t])] + member["embed_bias.weight"]).clamp(-127, 127)
             if init_mlp:
-                x = _requant_reference(x + mlp("init_mlp.", x))
+                x = _requant_reference(x + _mlp_reference(member, shifts, "init_mlp.", x, ratio))
             for l in range(layers):
-                p = f"blocks.{l}."
-                h = _trunc_norm_reference(x, member[p + "norm.weight"], member[p + "norm.bias"])
-                q = _requant_reference(rotate(lin(p + "q", h, 1, False), t))
-                k = _requant_reference(rotate(lin(p + "k", h, 1, False), t))
-                v = _requant_reference(lin(p + "v", h, 1, False))
-                cache[l][0].append(k)
-                cache[l][1].append(v)
-                att = torch.zeros(d, dtype=torch.int64)
-                for hh in range(heads):
-                    sl = slice(hh * hd, (hh + 1) * hd)
-                    scores = [int((q[sl] * kj[sl]).sum()) for kj in cache[l][0]]
-                    top = max(scores)
-                    ws = [exp_table[min(max((top >> 8) - (s >> 8), 0), 255)] for s in scores]
-                    num = sum(w * vj[sl] for w, vj in zip(ws, cache[l][1]))
-                    att[sl] = torch.div(num, sum(ws), rounding_mode="trunc").clamp(-127, 127)
-                x = _requant_reference(x + lin(p + "o", att, 2 * isq(d), False))
-                x = _requant_reference(x + mlp(p + "mlp.", x))
+                x = _block_reference(member, shifts, f"blocks.{l}.", x, t, cache[l], heads, rope_base, ratio)
             hf = _trunc_norm_reference(x, member["norm_out.weight"], member["norm_out.bias"])
-            row.append(int_linear_reference(hf, table_fixed(member, shifts), shifts["embed.weight#head"], isq(d), False))
+            row.append(int_linear_reference(hf, table_fixed(member, shifts), shifts["embed.weight#head"], _isq(d),
+                                            False))
         logits.append(torch.stack(row))
     return torch.stack(logits)
 

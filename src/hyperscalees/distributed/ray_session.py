@@ -1,0 +1,140 @@
+"""Ray itself, for the Ray backend: its settings (``RayConfig``), and a session started on loopback
+only or joined at an address, and stopped again.
+
+Ray is imported here (and in ``ray.py``) only, lazily: ``import hyperscalees`` never needs it.
+A local Ray (no ``address``) is started on loopback only, dashboard off, token authentication as
+Ray sets it up (on by default in 2.60). A start-up a signal interrupts leaves nothing running, and
+the driver keeps its own SIGINT/SIGTERM handlers through ``ray.init``.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+from .processes import ended_if_failed
+
+LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's local-only mode, every address 127.0.0.1
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    workers: int = 2                        # worker actors, one model replica each
+    address: str | None = None              # an existing cluster ("auto" or HOST:PORT); None: a local one
+    gpus_per_worker: float = 0.0
+    cpus_per_worker: float = 1.0
+    straggler_timeout: float | None = None  # seconds; None: 3x the median chunk time
+    hash_every: int = 10                    # steps between replica hash checks (0: never)
+    max_restarts: int = 3                   # new actors per worker slot before running with fewer
+    dashboard: bool = False                 # start Ray's dashboard (local Ray only, on 127.0.0.1)
+    temp_dir: str | None = None             # Ray's session files (local Ray only; default: Ray's)
+    startup_timeout: float = 300.0          # seconds to wait for the workers to come up
+
+    def __post_init__(self):
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers!r}")
+        if self.gpus_per_worker < 0 or self.cpus_per_worker <= 0:
+            raise ValueError(f"gpus_per_worker must be >= 0 and cpus_per_worker > 0, got "
+                             f"{self.gpus_per_worker!r} and {self.cpus_per_worker!r}")
+        if self.straggler_timeout is not None and not self.straggler_timeout > 0:
+            raise ValueError(f"straggler_timeout must be > 0 seconds, got {self.straggler_timeout!r}")
+        if self.hash_every < 0 or self.max_restarts < 0:
+            raise ValueError(f"hash_every and max_restarts must be >= 0, got {self.hash_every!r} and "
+                             f"{self.max_restarts!r}")
+
+
+def import_ray(local: bool):
+    """``ray``, with local-only addressing switched on first when we start the cluster ourselves.
+
+    A plain local ``ray.init()`` listens on every interface and talks over the machine's
+    external address (``_node_ip_address="127.0.0.1"`` is rewritten). Ray's local-only mode,
+    the one it uses on macOS and Windows, is chosen by ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+    before ``ray`` is imported: then the node address is 127.0.0.1 and every listener binds
+    there. Workers inherit the variable from the raylet.
+    """
+    if local:
+        os.environ[LOCAL_ONLY] = "0"
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("the ray backend needs Ray: pip install 'hyperscalees[ray]'") from None
+    if local:
+        from ray._private import ray_constants  # imported before the variable was set: apply it
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    return ray
+
+
+def start_ray(config: RayConfig) -> bool:
+    """Connect to ``config.address`` or start a local loopback Ray; True when this call started it.
+
+    Interrupted (a signal handler that raises, e.g. the training loop's during start-up), it
+    leaves nothing running: what ``ray.init`` had started is killed before the exception goes on.
+    """
+    ray = import_ray(local=config.address is None)
+    if ray.is_initialized():
+        return False
+    with ended_if_failed(), _disconnected_if_failed(ray), _own_signal_handlers(ray):
+        if config.address is not None:
+            ray.init(address=config.address, logging_level=logging.WARNING)
+            return True
+        ray.init(num_cpus=max(1, int(round(config.workers * config.cpus_per_worker))),
+                 include_dashboard=config.dashboard, dashboard_host="127.0.0.1", _temp_dir=config.temp_dir,
+                 logging_level=logging.WARNING)
+    gcs = ray.get_runtime_context().gcs_address
+    if not gcs.startswith("127."):
+        ray.shutdown()
+        raise RuntimeError(f"local Ray came up on {gcs}, not on loopback: this Ray version ignores {LOCAL_ONLY}=0")
+    return True
+
+
+@contextlib.contextmanager
+def _disconnected_if_failed(ray) -> Iterator[None]:
+    """If ``ray.init`` fails half-way, undo what it had set up in this process (best effort)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise
+
+
+@contextlib.contextmanager
+def _own_signal_handlers(ray) -> Iterator[None]:
+    """Keep this process's SIGINT and SIGTERM handlers through ``ray.init``.
+
+    ``ray.init`` replaces the driver's SIGTERM handler with ``sys.exit``, and its core worker then
+    installs a crash handler for SIGTERM in C: left so, a SIGTERM to a running Ray run would abort
+    the process (exit -6, no checkpoint) instead of ending it after the step with one. Ray's Python
+    installer is a no-op meanwhile (so a signal during the start-up reaches the run's handler), and
+    the handlers in place before are put back afterwards (``signal.signal`` replaces the C one too).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    installer = getattr(utils, "set_sigterm_handler", None)
+    if installer is not None:
+        utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        if installer is not None:
+            utils.set_sigterm_handler = installer
+        for s, handler in saved.items():
+            if handler is not None:  # None: installed outside Python, nothing to put back
+                signal.signal(s, handler)
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def stop_ray() -> None:
+    """Disconnect from Ray (and stop the local instance this process started)."""
+    import_ray(local=False).shutdown()
