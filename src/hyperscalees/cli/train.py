@@ -40,6 +40,7 @@ RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "checkpoint_minutes
 ES_CHOICES = {"optimizer": lambda: tuple(OPTIMIZERS), "shaping": lambda: tuple(sorted(SHAPINGS)),
               "distribution": DISTRIBUTIONS, "estimator": ESTIMATORS, "group_fitness": GROUP_FITNESS,
               "update_rule": lambda: tuple(RULES), "update_precision": PRECISIONS}
+TASK_WIDTH = object()  # what a bare --mup stands for: the task's default width (not a str: argparse would parse it)
 HELP = {
     # evolution strategy
     "population": "members per step (even: antithetic pairs)",
@@ -126,6 +127,7 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
     parser.add_argument("--trainer", dest="run.trainer", action=StoreExplicit, choices=TRAINERS, default="es",
                         help="es: evolution strategies; backprop: Adam on the task's differentiable loss, the float "
                              "reference (tasks with a loss only; lr defaults to 3e-3 then) (default: es)")
+    add_mup_flag(parser, task_cls)
     parser.add_argument("--budget-minutes", dest="run.budget_minutes", action=StoreExplicit, type=float,
                         default=None, metavar="MINUTES", help="wall-clock budget in minutes (--time-budget MINUTES·60)")
     es = parser.add_argument_group("evolution strategy")
@@ -149,6 +151,33 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
         assert f not in flags, f"task option {f} of {task_cls.name} collides with a core flag"
 
 
+def add_mup_flag(parser: argparse.ArgumentParser, task_cls) -> None:
+    """``--mup [BASE]``: muP anchored at BASE, by default the task's default width (where its σ and
+    lr were tuned). Every task has the flag, so one whose model has no width refuses it by name."""
+    opt = task_cls.width_option
+    if opt is None:
+        text = f"muP width transfer: not for {task_cls.name} (its model has no width option)"
+    else:
+        base = next(f.default for f in fields(task_cls.Options) if f.name == opt)
+        text = (f"train under muP anchored at width BASE of --{opt.replace('_', '-')} (default: {base}, where "
+                f"{task_cls.name}'s σ and lr were tuned): σ and lr per parameter scale with width, so they carry over")
+    parser.add_argument("--mup", dest="run.mup", action=StoreExplicit, type=int, nargs="?", const=TASK_WIDTH, default=None,
+                        metavar="BASE", help=text)
+
+
+def mup_base(args: argparse.Namespace, task_cls) -> int | None:
+    """The base width ``--mup [BASE]`` asks for, or None without the flag."""
+    base = getattr(args, "run.mup", None)
+    if base is None:
+        return None
+    if task_cls.width_option is None:
+        raise ValueError(f"--mup does not apply to {task_cls.name}: its model has no width option (muP applies to "
+                         f"{', '.join(n for n, t in TASKS.items() if t.width_option is not None)})")
+    if base is TASK_WIDTH:
+        return next(f.default for f in fields(task_cls.Options) if f.name == task_cls.width_option)
+    return base
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The ``TrainConfig`` the parsed flags describe (raises ValueError on invalid values).
 
@@ -170,6 +199,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if not (math.isfinite(minutes) and minutes > 0):
             raise ValueError(f"budget_minutes must be a finite number > 0, got {minutes!r}")
         engine["time_budget"] = 60.0 * minutes
+    mup = mup_base(args, task_cls)
     resume = engine.get("resume")
     if resume and has_checkpoint(resume):
         saved, typed = saved_config(resume).to_dict(), explicit(args)
@@ -179,7 +209,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             es.update({k: v for k, v in saved["es"].items() if f"es.{k}" not in typed})
             options.update({k: v for k, v in saved["options"].items() if f"options.{k}" not in typed})
             engine.update({k: saved["engine"][k] for k in RESUMED_ENGINE if f"engine.{k}" not in typed})
-    return make_config(args.task, strategy=strategy, es=es, engine=engine, options=options)
+            mup = mup if "run.mup" in typed else saved.get("mup_base")
+    return make_config(args.task, strategy=strategy, es=es, engine=engine, options=options, mup_base=mup)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -238,6 +269,7 @@ def refuse_inapplicable(args: argparse.Namespace, cfg: TrainConfig) -> None:
         stray = sorted(k[3:] for k in typed if k.startswith("es.") and k not in ("es.lr", "es.seed"))
         stray += sorted(k[len("backend."):] for k in typed if k.startswith("backend."))
         stray += ["backend"] * ("run.backend" in typed and getattr(args, "run.backend") != "local")
+        stray += ["mup"] * ("run.mup" in typed)
         if stray:
             raise ValueError(f"--{stray[0].replace('_', '-')} does not apply to --trainer backprop (it trains "
                              "in-process by gradient with Adam: only --lr and --seed of the ES flags apply)")
@@ -250,7 +282,7 @@ def field_flags(task_cls) -> dict[str, str]:
     """Every config field ``train TASK`` has a flag for, and that flag."""
     parts = [ESConfig, EngineConfig, task_cls.Options] + [b.Config for b in BACKENDS.values()
                                                           if getattr(b, "Config", None) is not None]
-    return {f.name: flag_name(f.name) for cls in parts for f in fields(cls)}
+    return {f.name: flag_name(f.name) for cls in parts for f in fields(cls)} | {"mup_base": "--mup"}
 
 
 def backend_from_args(args: argparse.Namespace):
@@ -275,6 +307,10 @@ def backend_from_args(args: argparse.Namespace):
 def start_notes(cfg: TrainConfig, typed: frozenset[str]) -> list[str]:
     """Things worth knowing before a run starts, one line each."""
     notes = []
+    if cfg.mup_base is not None:
+        opt = get_task(cfg.task).width_option
+        notes.append(f"muP anchored at {opt} {cfg.mup_base} (this run: {cfg.options[opt]}); σ and lr per parameter "
+                     "follow mup/rules.py")
     if not (cfg.engine.out or cfg.engine.resume):
         notes.append("no --out given: nothing will be saved (no checkpoint, metrics or curve)")
     if cfg.es.distribution == "int" and "es.sigma" not in typed and not cfg.engine.resume:

@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 from ..distributed import LocalBackend
+from ..mup import apply_mup
 from ..nn.module_es import facade_for
 from ..tasks import AbstractTask, get_task
 from .checkpoint import (META_FILE, checkpoint_step, has_checkpoint, load_checkpoint, load_checkpoint_config,
@@ -53,7 +54,11 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     device = check_device(device or cfg.engine.resolved_device)
     task = get_task(cfg.task)(seed=cfg.es.seed, device=device, options=cfg.options)
     model = task.build_model()
-    es = facade_for(cfg.strategy)(model, **asdict(cfg.es), **task.es_options(model))
+    options = task.es_options(model)
+    if cfg.mup_base is not None:  # muP anchored at the task's model at that width (mup/apply.py)
+        options["groups"] = apply_mup(model, task.model_at_width(cfg.mup_base), cfg.es.lr, cfg.es.optimizer,
+                                      groups=options.get("groups"), es_map=options.get("es_map"))
+    es = facade_for(cfg.strategy)(model, **asdict(cfg.es), **options)
     return task, model, es
 
 
