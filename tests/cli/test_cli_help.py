@@ -48,3 +48,21 @@ def test_llm_help_lists_each_problem_sets_option_keys_and_offers_no_backprop(cap
     assert "backprop" in help_of(["train", "lm"], capsys)     # lm has a loss: backprop stays offered
     code, _, err = invoke(["train", "llm", "--trainer", "backprop"], capsys)
     assert code == 2 and "invalid choice: 'backprop'" in err
+
+
+def test_ntt_help_names_the_models_that_take_it(capsys):
+    # it said "(transformer only)" while only float-gru takes ntt
+    from hyperscalees.models.registry import LM_MODELS
+    from hyperscalees.tasks.lm.task import lm_sizes
+
+    def takes(model):
+        try:
+            lm_sizes(model, 32, 1, 16, 0, "wht")
+            return True
+        except ValueError:
+            return False
+
+    out = " ".join(help_of(["train", "lm"], capsys).split())
+    ntt = out.split("--ntt {")[1].split("(default")[0]
+    able = [m for m in LM_MODELS if takes(m)]
+    assert able and f"({' / '.join(able)} only)" in ntt, ntt
