@@ -104,7 +104,7 @@ def test_start_notes_are_not_printed_before_an_error(capsys):
 
 
 @pytest.mark.parametrize("argv,flag", [
-    (["train", "xor", "--trainer", "backprop", "--sigma", "0.1"], "--sigma does not apply to --trainer backprop"),
+    (["train", "lm", "--trainer", "backprop", "--sigma", "0.1"], "--sigma does not apply to --trainer backprop"),
     (["train", "lm", "--optimizer", "muon"], "--optimizer muon does not apply: this run's update rule is"),
 ])
 def test_flags_that_would_be_ignored_are_refused(argv, flag, capsys):

@@ -54,3 +54,12 @@ def test_bad_flags_are_refused(capsys):
     assert "standard | mup" in capsys.readouterr().err
     assert main(["coord-check", "--model", "transformer", "--widths", "64,96", "--steps", "1"]) == 2
     assert "multiples of the head dimension 64" in capsys.readouterr().err
+
+
+def test_the_table_says_zero_for_a_zero_readout_never_nan(capsys):
+    # issue 39: the zero readout's output is 0 at t = 0 at every width, so no slope exists: it printed +nan
+    assert main(["coord-check", "--widths", "32,64", "--steps", "1", "--seeds", "1", "--parametrization", "mup"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out.lower().replace("inf/nan", "")
+    readout = next(line for line in out.splitlines() if " output " in line)
+    assert readout.split()[-2] == "zero" and "modulekind" not in out

@@ -139,18 +139,27 @@ def run(model: str = "mlp", widths=(64, 128, 256, 512, 1024), optimizer: str = "
     return cc
 
 
+def cell(slope: float, values: list[float]) -> str:
+    """A slope for the table; where none exists, why: "zero" (the module's output is 0 at every
+    width, as a zero readout's is at t = 0) or "inf/nan" (it overflowed), never a bare nan."""
+    if math.isfinite(slope):
+        return f"{slope:>+8.3f}"
+    return f"{'zero' if all(v == 0 for v in values) else 'inf/nan':>8}"
+
+
 def table(cc: CoordCheck) -> str:
     """Slopes per parametrisation, module and step, then the verdict lines."""
     cols = list(range(cc.steps + 1))
     out = [f"# coord-check: slope of log mean|output| vs log width ({cc.model}, {cc.optimizer}, lr {cc.lr:g}"
            f"{f', sigma {cc.sigma:g}' if cc.optimizer == 'es' else ''}, widths {cc.widths}, base {cc.base_width}, "
            f"{cc.seeds} seed(s))"]
-    w = max(len(m) for m in cc.kinds) + 2
+    w = max(len(m) for m in [*cc.kinds, "module"]) + 2
     for pz in cc.acts:
         s = cc.slopes(pz)
         out.append(f"{pz:<12}{'module':<{w}}{'kind':<8}" + "".join(f"{'t=' + str(t):>8}" for t in cols))
         for m, k in cc.kinds.items():
-            out.append(f"{'':<12}{m:<{w}}{k:<8}" + "".join(f"{v:>+8.3f}" for v in s[m]))
+            out.append(f"{'':<12}{m:<{w}}{k:<8}" + "".join(cell(v, [a[t] for a in cc.acts[pz][m]])
+                                                           for t, v in enumerate(s[m])))
     for pz in cc.acts:
         worst_abs, worst = cc.worst(pz)
         bad = cc.diverged(pz)

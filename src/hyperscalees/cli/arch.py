@@ -13,14 +13,16 @@ import torch
 
 from ..models.registry import LM_MODELS, build_lm
 from ..tasks.lm.task import LMOptions, lm_sizes
-from .base import fail, json_line
+from .base import examples_epilog, fail, json_line
 
 PROG = "hyperscalees arch"
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("arch", help="print a language model's parameter count table",
-                              description="Parameter table (name, shape, dtype, count, total) of an lm model.")
+                              description="Parameter table (name, shape, dtype, count, total) of an lm model.",
+                              **examples_epilog([("hyperscalees arch egg", "the model `train lm --model egg` builds"),
+                                                 ("hyperscalees arch float-gru --hidden 256", "the same at width 256")]))
     p.add_argument("model", metavar="MODEL", choices=sorted(LM_MODELS), help=f"one of {', '.join(sorted(LM_MODELS))}")
     # train lm's defaults, so `arch MODEL` describes the model `train lm --model MODEL` builds
     p.add_argument("--hidden", type=int, default=LMOptions.hidden, help=f"model width (default: {LMOptions.hidden})")

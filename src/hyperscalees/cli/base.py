@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import types
 import typing
@@ -26,6 +27,24 @@ def _parse_type(annotation):
     if annotation in (int, float, str):
         return annotation, False
     raise TypeError(f"no command-line parser for field type {annotation!r}")
+
+
+# docstring markup a terminal shows as noise: ``x`` and :class:`x` become x; a pointer to a
+# module docstring the user of a command cannot open is dropped
+_ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|obj):`~?([^`]+)`")
+_POINTER = re.compile(r"\s*[(;,]?\s*see the module docstring[^)\n.]*\)?", re.I)
+
+
+def plain(text: str) -> str:
+    """Help text from a docstring or a field's help: no reST double backticks or roles."""
+    return _POINTER.sub("", _ROLE.sub(r"\1", text or "")).replace("``", "")
+
+
+def examples_epilog(pairs: list[tuple[str, str]]) -> dict:
+    """``add_parser`` keywords that end a command's help with examples: (command, what it does)."""
+    width = max(len(c) for c, _ in pairs)
+    return {"epilog": "examples:\n" + "\n".join(f"  {c:<{width}}  # {w}" for c, w in pairs),
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def flag_name(field_name: str) -> str:
@@ -80,7 +99,7 @@ def add_dataclass_flags(parser, cls, part: str, defaults: dict | None = None, ch
             continue
         default = defaults.get(f.name, f.default if f.default is not MISSING else None)
         parse, is_bool = _parse_type(hints[f.name])
-        text = f.metadata.get("help", helps.get(f.name, ""))  # a field's own help wins
+        text = plain(f.metadata.get("help", helps.get(f.name, "")))  # a field's own help wins
         flag, dest = flag_name(f.name), f"{part}.{f.name}"
         if is_bool and default:  # a switch that is on by default is turned off with --no-NAME
             flag = "--no-" + flag[2:]

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .base import fail, json_line
+from .base import examples_epilog, fail, json_line, plain
 
 PROG = "hyperscalees coord-check"
 MODELS, OPTIMIZERS, PARAMETRIZATIONS = ("mlp", "transformer"), ("es", "adam", "sgd"), ("standard", "mup")
@@ -37,7 +37,10 @@ def _parametrizations(text: str) -> list[str]:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("coord-check", help="muP coordinate check: activation size vs width, per step",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=plain(__doc__),
+                              **examples_epilog([("hyperscalees coord-check", "mlp, ES, standard and muP, 5 steps"),
+                                                 ("hyperscalees coord-check --model transformer --optimizer adam "
+                                                  "--out runs/cc", "TinyLM under Adam, with coord_check.png")]))
     p.add_argument("--model", default="mlp", choices=MODELS,
                    help="mlp: 16-n-n-n-n-10 ReLU regression; transformer: TinyLM, 2 blocks, head dim 64 (default: mlp)")
     p.add_argument("--widths", type=_widths, default=[64, 128, 256, 512, 1024], metavar="W,W,...",

@@ -11,6 +11,7 @@ import torch
 
 from ..engine.checkpoint import package_version
 from ..noise import native
+from .base import examples_epilog, plain
 
 
 def _version(dist: str) -> str | None:
@@ -37,7 +38,9 @@ def collect_env() -> dict:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("env", help="show versions, devices and threads", description=__doc__)
+    p = subparsers.add_parser("env", help="show versions, devices and threads", description=plain(__doc__),
+                              **examples_epilog([("hyperscalees env", "versions, devices and threads"),
+                                                 ("hyperscalees env --json", "the same as one JSON line")]))
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.set_defaults(func=run)
 

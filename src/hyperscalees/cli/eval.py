@@ -11,12 +11,15 @@ import argparse
 import dataclasses
 
 from ..engine import load_run
-from .base import fail, json_line, os_error
+from .base import examples_epilog, fail, json_line, os_error
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("eval", help="evaluate a saved checkpoint",
-                              description="Load the checkpoint of a run directory and print its held-out metrics.")
+                              description="Load the checkpoint of a run directory and print its held-out metrics.",
+                              **examples_epilog([("hyperscalees eval runs/digits", "held-out metrics of that run"),
+                                                 ("hyperscalees eval runs/cartpole --episodes 100 --render cart.gif",
+                                                  "RL: 100 episodes and a GIF of the first")]))
     p.add_argument("directory", metavar="DIR", help="run directory written by `hyperscalees train --out DIR`")
     p.add_argument("--device", default=None, help="torch device to evaluate on (default: cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON line")

@@ -15,14 +15,17 @@ import sys
 
 from ..engine import load_run
 from ..tasks.lm.sampling import generate
-from .base import fail, json_line, os_error
+from .base import examples_epilog, fail, json_line, os_error
 
 PROG = "hyperscalees generate"
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("generate", help="sample text from a trained lm checkpoint",
-                              description="Continue --prompt with the model saved in DIR (a `train lm --out DIR` run).")
+                              description="Continue --prompt with the model saved in DIR (a `train lm --out DIR` run).",
+                              **examples_epilog([("hyperscalees train lm --steps 50 --out runs/lm", "a run to sample from"),
+                                                 ("hyperscalees generate runs/lm --prompt 'def ' --tokens 100",
+                                                  "continue 'def ' by 100 tokens")]))
     p.add_argument("directory", metavar="DIR", help="run directory written by `hyperscalees train lm --out DIR`")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     p.add_argument("--tokens", type=int, default=200, help="tokens to generate (default: 200)")

@@ -17,7 +17,16 @@ from ..engine.checkpoint import package_version
 from .allocator import keep_freed_memory
 
 COMMANDS = ("train", "eval", "env", "bench", "generate", "arch", "coord-check")
-MODULES = {"coord-check": "coord_check"}  # commands whose module name differs (a module name has no hyphen)
+MODULES = {"coord-check": "coord_check"}
+START_HERE = """start here:
+  hyperscalees train xor                        # seconds: ES solves XOR (train TASK runs a task's tuned defaults)
+  hyperscalees train digits --out runs/digits   # a real dataset; checkpoints, metrics and curve.png in runs/digits
+  hyperscalees eval runs/digits                 # score the saved run again
+  hyperscalees train digits --help              # a task's options, the ES and engine flags, examples
+  hyperscalees env                              # versions, devices and threads
+  hyperscalees train --help                     # the tasks: MLPs, RL, byte language models, pretrained LLMs
+
+The guides are in docs/ (`make docs` builds them into site/)."""  # commands whose module name differs (a module name has no hyphen)
 
 
 def _command_modules():
@@ -66,8 +75,8 @@ def did_you_mean(parser: argparse.ArgumentParser, flag: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="hyperscalees",
-                                     description="Evolution strategies at the hyperscale (EGGROLL) in PyTorch.")
+    parser = Parser(prog="hyperscalees", description="Evolution strategies at the hyperscale (EGGROLL) in PyTorch.",
+                    epilog=START_HERE, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hyperscalees {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help=f"one of {', '.join(COMMANDS)}; COMMAND --help for its flags")

@@ -28,8 +28,9 @@ from ..strategies.shaping import GROUP_FITNESS, SHAPINGS
 from ..engine.backprop import run_backprop
 from ..engine.config import ENGINE_TASK_DEFAULTS
 from ..tasks import TASKS, get_task
+from .train_help import HELP, METAVARS, epilog
 from .base import (StoreExplicit, add_dataclass_flags, collect, explicit, fail, flag_name, json_line, name_flags,
-                   os_error)
+                   os_error, plain)
 
 TRAINERS = ("es", "backprop")
 BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
@@ -40,93 +41,40 @@ RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "checkpoint_minutes
 ES_CHOICES = {"optimizer": lambda: tuple(OPTIMIZERS), "shaping": lambda: tuple(sorted(SHAPINGS)),
               "distribution": DISTRIBUTIONS, "estimator": ESTIMATORS, "group_fitness": GROUP_FITNESS,
               "update_rule": lambda: tuple(RULES), "update_precision": PRECISIONS}
-HELP = {
-    # evolution strategy
-    "population": "members per step (even: antithetic pairs)",
-    "sigma": f"noise scale σ (with --distribution int, about {INT_SCALE}x smaller)",
-    "rank": "rank r of the low-rank perturbations", "lr": "learning rate (finite, > 0)",
-    "optimizer": "torch optimizer that applies the ES gradient estimate",
-    "seed": "noise, data and init seed",
-    "shaping": "how raw fitness becomes update weights (centered_rank: ranks, robust to outliers)",
-    "weight_decay": "optimizer weight decay (finite, >= 0)",
-    "momentum": "SGD momentum in [0, 1) (sgd only)",
-    "lr_decay": "multiply lr by this after every step, in (0, 1]",
-    "sigma_decay": "multiply σ by this after every step, in (0, 1]",
-    "fp32_masters": "bf16/fp16 weights are stepped through fp32 master copies; --no-fp32-masters adds each step "
-                    "to the rounded weights (metrics' update_landed shows what rounding threw away)",
-    "tie_sigma_growth": "after a step whose antithetic pairs all tie (no update), multiply σ by this until "
-                        "a step does not tie (>= 1; 1: off; one host read per step when on)",
-    "noise_reuse": "steps sharing one noise draw (0: one draw for the whole run)",
-    "distribution": f"noise distribution, all of std 1 except int (std ≈ {INT_SCALE}, an int8 table): "
-                    f"with int use a σ about {INT_SCALE}x smaller",
-    "estimator": "mean: the ES estimate; sign: AltEGGROLL's sign(A)·sign(B)ᵀ estimate",
-    "baseline_every": "K > 0: members i with i %% K in {0, 1} run unperturbed as a fitness baseline (0: none)",
-    "update_chunk": "antithetic pairs regenerated at once in the update; bounds its memory",
-    "noise_cache_mib": "MiB of a step's noise kept between chunks and the update (0: always regenerate)",
-    # engine
-    "steps": "total ES steps (a resumed run continues up to this count)",
-    "time_budget": "end the run within SECONDS of wall time, its last validation included (one still running "
-                   "then is cut short; lm's test split is scored after)",
-    "eval_every": "held-out metrics every K steps",
-    "eval_at_start": "held-out metrics before a fresh run's first step as well: its starting point, logged as step 0 "
-                     "and as the summary's \"before\", inside --time-budget like every evaluation (on by default for "
-                     "llm: --no-eval-at-start skips it)",
-    "checkpoint_every": "checkpoint every K steps (0: by time, --checkpoint-minutes)",
-    "checkpoint_minutes": "also checkpoint whenever MINUTES of wall time passed since the last one (0: never)",
-    "restart_patience": "re-draw the weights and start the update rule afresh after K steps without a better "
-                        "evaluation, unless the task's target is reached (0: never)",
-    "restart_min_delta": "an evaluation is better only if it beats the best since the last (re)start by more than "
-                         "this (task metric units)",
-    "out": "run directory for checkpoints, metrics and curve.png (default: none, nothing is saved)",
-    "resume": "continue the run saved in DIR; flags not given here keep that run's values",
-    "device": "torch device (default: cuda if available, else cpu)", "json": "print one JSON summary line",
-    "chunk": "members per forward pass (even); bounds memory",
-    "group_fitness": "how (P, G) fitness becomes one score per member: mean over G, or shape each group alone",
-    "update_rule": "how estimates move the weights (optimizer: a torch.optim optimizer steps -ĝ)",
-    "deterministic": "let the update's GEMMs use every CPU thread: faster at T=1 on many cores, but its last "
-                     "bits then depend on the thread count (by default they do not)",
-    "update_precision": "operands of the update GEMM, accumulated in fp32: auto = the weights' bf16/fp16 or "
-                        "TF32 on CUDA, fp32 on CPU",
-    "overwrite": "replace a run already saved in --out (without it, that is refused)",
-    "tensorboard": "also log each step's metrics as TensorBoard scalars in DIR (pip install 'hyperscalees[tensorboard]')",
-    # distributed (--backend ray)
-    "workers": "Ray worker actors, each holding a model replica",
-    "address": "an existing Ray cluster: auto or HOST:PORT (default: start a local one on 127.0.0.1 only)",
-    "gpus_per_worker": "GPUs each worker actor reserves", "cpus_per_worker": "CPUs each worker actor reserves",
-    "straggler_timeout": "seconds before a running chunk is also handed to an idle worker "
-                         "(default: 3x the median chunk time)",
-    "hash_every": "steps between checks that every replica's parameters equal the coordinator's (0: never)",
-    "max_restarts": "new actors per worker slot after deaths before continuing with fewer workers",
-    "dashboard": "start Ray's dashboard (local Ray only, on 127.0.0.1)",
-    "temp_dir": "directory for a local Ray's session files (default: Ray's, /tmp/ray)",
-}
-METAVARS = {"checkpoint_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
-            "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
-            "steps": "N", "chunk": "N", "device": "DEVICE", "tensorboard": "DIR", "restart_patience": "K",
-            "restart_min_delta": "DELTA"}
-
-
+TASK_WIDTH = object()  # what a bare --mup stands for: the task's default width (not a str: argparse would parse it)
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train", help="train a task with ES",
-                              description="Train TASK with evolution strategies; `train TASK --help` lists its flags.")
+    p = subparsers.add_parser("train", help="train a task with ES", formatter_class=argparse.RawDescriptionHelpFormatter,
+                              description="Train TASK with evolution strategies; `train TASK --help` lists its flags, "
+                                          "its options and examples.",
+                              epilog="examples:\n  hyperscalees train xor           # seconds; solves XOR\n"
+                                     "  hyperscalees train digits --help  # a task's flags, options and examples")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK",
                              help="one of: " + ", ".join(TASKS))
     for name, cls in TASKS.items():
-        tp = tasks.add_parser(name, help=(cls.__doc__ or "").strip().splitlines()[0],
-                              description=(cls.__doc__ or "").strip(), epilog=cls.defaults_help() or None)
+        doc = plain((cls.__doc__ or "").strip())
+        tp = tasks.add_parser(name, help=doc.splitlines()[0], description=doc, epilog=epilog(cls),
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              usage=f"hyperscalees train {name} [FLAGS]  (flags below; examples at the end)")
         add_task_flags(tp, cls)
         tp.set_defaults(func=run)
     p.set_defaults(func=run)
 
 
 def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
-    """All flags of ``train TASK``: strategy, ES, engine and task options (names never collide)."""
-    parser.add_argument("--strategy", dest="run.strategy", action=StoreExplicit, choices=tuple(STRATEGIES),
+    """All flags of ``train TASK``: the task's options first (what a user of one task looks for),
+    then strategy, ES, engine and distributed flags (names never collide)."""
+    parser._optionals.title = f"{task_cls.name} options"  # argparse lists its own group first: the task's
+    task_flags = add_dataclass_flags(parser, task_cls.Options, "options")  # help and choices: the task's own fields
+    run = parser.add_argument_group("run")
+    run.add_argument("--strategy", dest="run.strategy", action=StoreExplicit, choices=tuple(STRATEGIES),
                         default="eggroll", help="eggroll (low-rank) or open_es (full-rank) (default: eggroll)")
-    parser.add_argument("--trainer", dest="run.trainer", action=StoreExplicit, choices=TRAINERS, default="es",
-                        help="es: evolution strategies; backprop: Adam on the task's differentiable loss, the float "
-                             "reference (tasks with a loss only; lr defaults to 3e-3 then) (default: es)")
-    parser.add_argument("--budget-minutes", dest="run.budget_minutes", action=StoreExplicit, type=float,
+    trainers = TRAINERS if hasattr(task_cls, "loss") else ("es",)  # backprop needs a differentiable loss
+    run.add_argument("--trainer", dest="run.trainer", action=StoreExplicit, choices=trainers, default="es",
+                        help="es: evolution strategies" + ("; backprop: Adam on the task's differentiable loss, the "
+                                                           "float reference (lr defaults to 3e-3 then)"
+                                                           if len(trainers) > 1 else "") + " (default: es)")
+    add_mup_flag(run, task_cls)
+    run.add_argument("--budget-minutes", dest="run.budget_minutes", action=StoreExplicit, type=float,
                         default=None, metavar="MINUTES", help="wall-clock budget in minutes (--time-budget MINUTES·60)")
     es = parser.add_argument_group("evolution strategy")
     flags = add_dataclass_flags(es, ESConfig, "es", defaults=task_cls.defaults, choices=ES_CHOICES, helps=HELP)
@@ -144,9 +92,35 @@ def add_task_flags(parser: argparse.ArgumentParser, task_cls) -> None:
         if getattr(backend, "Config", None) is not None:
             flags += add_dataclass_flags(dist, backend.Config, "backend", helps=HELP, skip=("startup_timeout",),
                                          metavars={"address": "auto|HOST:PORT", "temp_dir": "DIR"})
-    opt = parser.add_argument_group(f"{task_cls.name} options")
-    for f in add_dataclass_flags(opt, task_cls.Options, "options"):  # help and choices: the task's own fields
-        assert f not in flags, f"task option {f} of {task_cls.name} collides with a core flag"
+    clash = sorted(set(task_flags) & set(flags))
+    assert not clash, f"task option(s) {clash} of {task_cls.name} collide with core flags"
+
+
+def add_mup_flag(parser: argparse.ArgumentParser, task_cls) -> None:
+    """``--mup [BASE]``: muP anchored at BASE, by default the task's default width (where its σ and
+    lr were tuned). Every task has the flag, so one whose model has no width refuses it by name."""
+    opt = task_cls.width_option
+    if opt is None:
+        text = f"muP width transfer: not for {task_cls.name} (its model has no width option)"
+    else:
+        base = next(f.default for f in fields(task_cls.Options) if f.name == opt)
+        text = (f"train under muP anchored at width BASE of --{opt.replace('_', '-')} (default: {base}, where "
+                f"{task_cls.name}'s σ and lr were tuned): σ and lr per parameter scale with width, so they carry over")
+    parser.add_argument("--mup", dest="run.mup", action=StoreExplicit, type=int, nargs="?", const=TASK_WIDTH, default=None,
+                        metavar="BASE", help=text)
+
+
+def mup_base(args: argparse.Namespace, task_cls) -> int | None:
+    """The base width ``--mup [BASE]`` asks for, or None without the flag."""
+    base = getattr(args, "run.mup", None)
+    if base is None:
+        return None
+    if task_cls.width_option is None:
+        raise ValueError(f"--mup does not apply to {task_cls.name}: its model has no width option (muP applies to "
+                         f"{', '.join(n for n, t in TASKS.items() if t.width_option is not None)})")
+    if base is TASK_WIDTH:
+        return next(f.default for f in fields(task_cls.Options) if f.name == task_cls.width_option)
+    return base
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -170,6 +144,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if not (math.isfinite(minutes) and minutes > 0):
             raise ValueError(f"budget_minutes must be a finite number > 0, got {minutes!r}")
         engine["time_budget"] = 60.0 * minutes
+    mup = mup_base(args, task_cls)
     resume = engine.get("resume")
     if resume and has_checkpoint(resume):
         saved, typed = saved_config(resume).to_dict(), explicit(args)
@@ -179,7 +154,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             es.update({k: v for k, v in saved["es"].items() if f"es.{k}" not in typed})
             options.update({k: v for k, v in saved["options"].items() if f"options.{k}" not in typed})
             engine.update({k: saved["engine"][k] for k in RESUMED_ENGINE if f"engine.{k}" not in typed})
-    return make_config(args.task, strategy=strategy, es=es, engine=engine, options=options)
+            mup = mup if "run.mup" in typed else saved.get("mup_base")
+    return make_config(args.task, strategy=strategy, es=es, engine=engine, options=options, mup_base=mup)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -238,6 +214,7 @@ def refuse_inapplicable(args: argparse.Namespace, cfg: TrainConfig) -> None:
         stray = sorted(k[3:] for k in typed if k.startswith("es.") and k not in ("es.lr", "es.seed"))
         stray += sorted(k[len("backend."):] for k in typed if k.startswith("backend."))
         stray += ["backend"] * ("run.backend" in typed and getattr(args, "run.backend") != "local")
+        stray += ["mup"] * ("run.mup" in typed)
         if stray:
             raise ValueError(f"--{stray[0].replace('_', '-')} does not apply to --trainer backprop (it trains "
                              "in-process by gradient with Adam: only --lr and --seed of the ES flags apply)")
@@ -250,7 +227,7 @@ def field_flags(task_cls) -> dict[str, str]:
     """Every config field ``train TASK`` has a flag for, and that flag."""
     parts = [ESConfig, EngineConfig, task_cls.Options] + [b.Config for b in BACKENDS.values()
                                                           if getattr(b, "Config", None) is not None]
-    return {f.name: flag_name(f.name) for cls in parts for f in fields(cls)}
+    return {f.name: flag_name(f.name) for cls in parts for f in fields(cls)} | {"mup_base": "--mup"}
 
 
 def backend_from_args(args: argparse.Namespace):
@@ -275,6 +252,10 @@ def backend_from_args(args: argparse.Namespace):
 def start_notes(cfg: TrainConfig, typed: frozenset[str]) -> list[str]:
     """Things worth knowing before a run starts, one line each."""
     notes = []
+    if cfg.mup_base is not None:
+        opt = get_task(cfg.task).width_option
+        notes.append(f"muP anchored at {opt} {cfg.mup_base} (this run: {cfg.options[opt]}); σ and lr per parameter "
+                     "follow mup/rules.py")
     if not (cfg.engine.out or cfg.engine.resume):
         notes.append("no --out given: nothing will be saved (no checkpoint, metrics or curve)")
     if cfg.es.distribution == "int" and "es.sigma" not in typed and not cfg.engine.resume:

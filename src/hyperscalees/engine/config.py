@@ -14,7 +14,8 @@ import torch
 
 from ..strategies import STRATEGIES
 from ..strategies.config import ESConfig
-from ..tasks import get_task
+from ..mup.rules import FAMILY as MUP_OPTIMIZERS
+from ..tasks import TASKS, get_task
 from ..tasks.base import make_options
 
 ES_TASK_DEFAULTS = ("population", "sigma", "rank", "lr", "optimizer")
@@ -95,9 +96,11 @@ class TrainConfig:
     es: ESConfig = field(default_factory=ESConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     options: dict[str, Any] = field(default_factory=dict)  # task-specific: every field of the task's Options
+    mup_base: int | None = None  # muP anchored at this width of the task's width option (None: standard)
 
     def __post_init__(self):
         task_cls = get_task(self.task)
+        check_mup_base(task_cls, self.mup_base, self.es)
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {sorted(STRATEGIES)}")
         # completed with the task's defaults, so a config made from flags and one made in
@@ -112,11 +115,29 @@ class TrainConfig:
         """The config ``to_dict`` wrote; a ValueError says what is missing or unknown."""
         try:
             return cls(task=d["task"], strategy=d["strategy"], es=ESConfig(**_renamed_es(d["es"])),
-                       engine=EngineConfig(**d["engine"]), options=dict(d.get("options", {})))
+                       engine=EngineConfig(**d["engine"]), options=dict(d.get("options", {})),
+                       mup_base=d.get("mup_base"))
         except KeyError as e:
             raise ValueError(f"config has no {e.args[0]!r} entry") from None
         except TypeError as e:  # an unknown or misspelt field, or a part that is not a mapping
             raise ValueError(f"config does not match this version: {e}") from None
+
+
+def check_mup_base(task_cls, base, es: ESConfig) -> None:
+    """muP needs a width to scale (the task's ``width_option``), a positive base width and an
+    optimizer it has a rule for (``mup/rules.py``)."""
+    if base is None:
+        return
+    if task_cls.width_option is None:
+        able = sorted(n for n, t in TASKS.items() if t.width_option is not None)
+        raise ValueError(f"mup_base does not apply to task {task_cls.name!r}: its model has no width option "
+                         f"(muP applies to {', '.join(able)})")
+    if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+        raise ValueError(f"mup_base must be a positive integer (a {task_cls.width_option}), got {base!r}")
+    if es.update_rule != "optimizer" or es.optimizer not in MUP_OPTIMIZERS:
+        rule = es.optimizer if es.update_rule == "optimizer" else f"update_rule {es.update_rule!r}"
+        raise ValueError(f"mup_base does not apply to {rule}: muP's rules cover the optimizers "
+                         f"{sorted(MUP_OPTIMIZERS)} (with update_rule 'optimizer')")
 
 
 # ES settings renamed or moved since checkpoints were first written: old name -> new name (None: gone)
@@ -135,11 +156,12 @@ def _renamed_es(es: dict) -> dict:
 
 
 def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, engine: dict | None = None,
-                options: dict | None = None) -> TrainConfig:
+                options: dict | None = None, mup_base: int | None = None) -> TrainConfig:
     """A ``TrainConfig`` with the task's defaults under any explicit (non-None) overrides.
 
     The task supplies population, sigma, rank, lr, optimizer and steps that are known to
-    work for it; everything else falls back to the dataclass defaults.
+    work for it; everything else falls back to the dataclass defaults. ``mup_base``: train under
+    muP anchored at that width (``train TASK --mup``), where σ and lr were tuned.
     """
     task_cls = get_task(task)
     es = {k: v for k, v in (es or {}).items() if v is not None}
@@ -163,4 +185,4 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
         if engine.get(k) is None and k in task_cls.defaults:
             engine[k] = task_cls.defaults[k]
     return TrainConfig(task=task, strategy=strategy, es=ESConfig(**es), engine=EngineConfig(**engine),
-                       options=options)
+                       options=options, mup_base=mup_base)

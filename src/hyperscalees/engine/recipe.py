@@ -16,6 +16,7 @@ from dataclasses import asdict
 
 import torch
 
+from ..mup import apply_mup
 from ..nn.module_es import facade_for
 from ..tasks import AbstractTask, get_task
 from .config import TrainConfig, check_device
@@ -26,7 +27,11 @@ def build(cfg: TrainConfig, device: torch.device | None = None):
     device = check_device(device or cfg.engine.resolved_device)
     task = get_task(cfg.task)(seed=cfg.es.seed, device=device, options=cfg.options)
     model = task.build_model()
-    es = facade_for(cfg.strategy)(model, **asdict(cfg.es), **task.es_options(model))
+    options = task.es_options(model)
+    if cfg.mup_base is not None:  # muP anchored at the task's model at that width (mup/apply.py)
+        options["groups"] = apply_mup(model, task.model_at_width(cfg.mup_base), cfg.es.lr, cfg.es.optimizer,
+                                      groups=options.get("groups"), es_map=options.get("es_map"))
+    es = facade_for(cfg.strategy)(model, **asdict(cfg.es), **options)
     return task, model, es
 
 

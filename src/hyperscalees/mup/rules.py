@@ -37,6 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+import torch
+
+from ..nn.es_map import derive_specs
+from ..noise.spec import ESMode
+from ..strategies.rules.optimizers import SOLVER_CLASSES
 from .width import KINDS, ParamWidth
 
 PREFIX = "mup/"  # names of the groups mup_groups makes: merging them again is refused
@@ -91,9 +96,18 @@ def _standard(pw: ParamWidth) -> Multipliers:
     return Multipliers()
 
 
-# (optimizer family, is it ES?) -> rule; torch/ES optimizer names map onto a family
+# (optimizer family, is it ES?) -> rule
 RULES = {("sgd", False): _sgd, ("adam", False): _adam, ("sgd", True): _es_sgd, ("adam", True): _es_adam}
-FAMILY = {"sgd": "sgd", "adam": "adam", "adamw": "adam", "lion": "adam", "signsgd": "adam"}
+
+
+def _family(cls: type) -> str | None:
+    """The rule family of a torch.optim class: Adam's (and AdamW's) or SGD's; None: no muP rule."""
+    return "adam" if issubclass(cls, torch.optim.Adam) else "sgd" if issubclass(cls, torch.optim.SGD) else None
+
+
+# the optimizer registry's names (strategies/rules/optimizers.py) read, not retyped: an optimizer
+# without a single torch.optim class there (Muon: Muon on matrices, AdamW on the rest) has no rule
+FAMILY = {name: fam for name, cls in SOLVER_CLASSES.items() if (fam := _family(cls)) is not None}
 
 
 def multipliers(pw: ParamWidth, optimizer: str = "adam", es: bool = False, parametrization: str = "mup") -> Multipliers:
@@ -102,7 +116,7 @@ def multipliers(pw: ParamWidth, optimizer: str = "adam", es: bool = False, param
     if parametrization != "mup":
         raise ValueError(f"unknown parametrization {parametrization!r}; choose 'mup' or 'standard'")
     if optimizer not in FAMILY:
-        raise ValueError(f"no muP rule for optimizer {optimizer!r}; known: {sorted(FAMILY)}")
+        raise ValueError(f"no muP rule for optimizer {optimizer!r}; muP's rules cover {sorted(FAMILY)}")
     rule = RULES[(FAMILY[optimizer], bool(es))]
     m = rule(pw)
     return Multipliers(init=init_scale(pw), output=output_multiplier(pw), lr=m.lr, sigma=m.sigma)
@@ -110,13 +124,17 @@ def multipliers(pw: ParamWidth, optimizer: str = "adam", es: bool = False, param
 
 def mup_groups(widths: dict[str, ParamWidth], lr: float, optimizer: str = "adam", es: bool = False,
                groups: list[dict] | None = None, names: list[str] | None = None,
-               parametrization: str = "mup") -> list[dict]:
+               parametrization: str = "mup", model=None, es_map: dict | None = None) -> list[dict]:
     """Parameter groups (``strategies.groups`` format, exact names) carrying muP's lr and σ.
 
     ``groups``: the user's own groups (lr, weight_decay, sigma_scale per glob pattern), whose
     values are multiplied by muP's; each is split where muP's multipliers differ inside it.
-    ``names``: the parameters the optimizer or ES trains (default: all of ``widths``)."""
-    names = list(widths) if names is None else list(names)
+    ``names``: the parameters the optimizer or ES trains. Default: with ``model``, those ES
+    evolves under ``es_map`` (e.g. ``llm.evolving(model)``: a group naming a frozen parameter
+    would be refused by the ES facade); without it, all of ``widths``."""
+    names = list(names) if names is not None else evolved(model, es_map) if model is not None else list(widths)
+    if es_map is not None and model is None:
+        raise ValueError("mup_groups: es_map needs the model it maps (pass model=...)")
     unknown = [n for n in names if n not in widths]
     if unknown:
         raise ValueError(f"{unknown[0]} has no width record; pass the widths of this model (change_width or "
@@ -140,6 +158,11 @@ def mup_groups(widths: dict[str, ParamWidth], lr: float, optimizer: str = "adam"
     for key, g in out.items():  # named after every kind it holds: "mup/default/input+output"
         g["name"] = f"{PREFIX}{g['name']}/{'+'.join(k for k in KINDS if k in kinds[key])}"
     return _unique_names(list(out.values()))
+
+
+def evolved(model, es_map: dict | None = None) -> list[str]:
+    """Names of the parameters ES evolves in ``model`` under ``es_map`` (``nn/es_map.py`` decides)."""
+    return [n for n, spec in derive_specs(model, es_map).items() if spec.mode != ESMode.EXCLUDED]
 
 
 def _unique_names(groups: list[dict]) -> list[dict]:

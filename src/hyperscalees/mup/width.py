@@ -22,6 +22,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..nn.es_map import owned_parameters
+
 # kind: how the parameter's dimensions scale, which decides every muP rule
 KINDS = ("fixed", "input", "hidden", "output")
 
@@ -137,14 +139,13 @@ def classify(name: str, fans: Fans, ratios: dict[int, float]) -> ParamWidth:
 
 
 def named_owned(model: nn.Module):
-    """(module, attribute, canonical name, parameter) for every direct parameter, tied ones once."""
+    """``nn.es_map.owned_parameters``, each tied parameter once: at its first owner, which decides
+    its fans as it decides its ES mode."""
     seen = set()
-    for mod_name, mod in model.named_modules():
-        for attr, p in mod._parameters.items():
-            if p is None or id(p) in seen:
-                continue
-            seen.add(id(p))
-            yield mod, attr, f"{mod_name}.{attr}" if mod_name else attr, p
+    for mod, attr, name, p in owned_parameters(model):
+        if name not in seen:
+            seen.add(name)
+            yield mod, attr, name, p
 
 
 def compare_widths(base: nn.Module, model: nn.Module) -> dict[str, ParamWidth]:

@@ -10,7 +10,7 @@ uninterrupted one would.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, ClassVar
 
 import torch
@@ -72,6 +72,8 @@ class AbstractTask:
     # they may be given anew (``--data NEW``) to resume, evaluate or use a run whose data has moved
     # (the task checks, from its saved state, that the data is the same)
     data_options: ClassVar[tuple[str, ...]] = ()
+    # the option that sets the model's width, where muP applies (``train TASK --mup``); None: it does not
+    width_option: ClassVar[str | None] = None
     # set by whoever runs the task (the training loop): True when an evaluation should stop now
     stop_check: Callable[[], bool] | None = None
 
@@ -148,6 +150,17 @@ class AbstractTask:
             torch.manual_seed(self.seed)
             model = self.make_model()
         return model.to(self.device)
+
+    def model_at_width(self, width: int) -> nn.Module:
+        """The task's model with ``width_option`` set to ``width``, from the same seed: muP's base model."""
+        if self.width_option is None:
+            raise ValueError(f"muP does not apply to task {self.name!r}: its model has no width option")
+        saved = self.options
+        self.options = replace(saved, **{self.width_option: width})
+        try:
+            return self.build_model()
+        finally:
+            self.options = saved
 
     def redraw_parameters(self, model: nn.Module, draw: int) -> None:
         """Overwrite ``model``'s parameters with draw ``draw`` of this task's initialisation (a restart,

@@ -53,6 +53,7 @@ class DigitsTask(AbstractTask):
     target = 0.90
     defaults = {"population": 2048, "sigma": 0.03, "rank": 2, "lr": 0.03, "optimizer": "adam", "steps": 1000}
     Options = DigitsOptions
+    width_option = "hidden"
 
     def __init__(self, seed=0, device=None, options=None):
         super().__init__(seed, device, options)

@@ -30,6 +30,7 @@ class Predict2Task(AbstractTask):
     target = 0.05
     defaults = {"population": 256, "sigma": 0.05, "rank": 1, "lr": 0.02, "optimizer": "adam", "steps": 150}
     Options = Predict2Options
+    width_option = "hidden"
 
     def __init__(self, seed=0, device=None, options=None):
         super().__init__(seed, device, options)

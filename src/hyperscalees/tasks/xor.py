@@ -29,6 +29,7 @@ class XorTask(AbstractTask):
     target = 0.005
     defaults = {"population": 512, "sigma": 0.1, "rank": 1, "lr": 0.02, "optimizer": "adam", "steps": 200}
     Options = XorOptions
+    width_option = "hidden"
 
     def __init__(self, seed=0, device=None, options=None):
         super().__init__(seed, device, options)

@@ -70,7 +70,7 @@ class LMOptions:
     init: str = option("random", "initial weights: random, or bigram (egg only: embedding and head set from the "
                                  "train split's byte bigram, blocks neutral; models/bigram_init.py)",
                        choices=INITS)
-    ntt: str = option("none", "extra causal transform features of the token window (transformer only): none, "
+    ntt: str = option("none", "extra causal transform features of the token window (float-gru only): none, "
                               "wht (Walsh-Hadamard) or fermat (number-theoretic transform mod 65537)",
                       choices=NTT_CHOICES)
 

@@ -106,6 +106,7 @@ class RLTask(AbstractTask):
     defaults = {"population": 64, "sigma": 0.1, "rank": 4, "lr": 0.05, "optimizer": "adam", "steps": 300,
                 "shaping": "centered_rank"}
     Options = RLOptions
+    width_option = "hidden"
 
     def __init__(self, seed=0, device=None, options=None):
         super().__init__(seed, device, options)
