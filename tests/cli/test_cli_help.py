@@ -3,7 +3,7 @@ start-here list at the top, llm's --task-options keys, and no --trainer backprop
 import pytest
 
 from hyperscalees.tasks import TASKS
-from hyperscalees.tasks.llm import LLM_TASKS
+from hyperscalees.tasks.problems import PROBLEM_SETS
 
 from cli_helpers import invoke
 
@@ -41,7 +41,7 @@ def test_a_task_help_opens_with_its_own_options_and_examples_run_it(task, capsys
 def test_llm_help_lists_each_problem_sets_option_keys_and_offers_no_backprop(capsys):
     out = help_of(["train", "llm"], capsys)
     keys = out.split("--task-options keys (JSON) per --task:")[1].split("examples:")[0]
-    for name in LLM_TASKS:
+    for name in PROBLEM_SETS:
         assert f"  {name}: " in keys
     assert "max_numbers=" in keys
     assert "backprop" not in out

@@ -8,7 +8,7 @@ import textwrap
 from dataclasses import MISSING, fields
 
 from ..noise.distributions import INT_SCALE
-from ..tasks.llm import LLM_TASKS
+from ..tasks.problems import PROBLEM_SETS
 from .base import plain
 
 HELP = {
@@ -98,9 +98,9 @@ def examples(task_cls) -> list[tuple[str, str]]:
 
 
 def task_option_keys() -> list[str]:
-    """``--task-options`` keys of each llm problem set, with their defaults (read from LLM_TASKS)."""
+    """``--task-options`` keys of each llm problem set, with their defaults (read from PROBLEM_SETS)."""
     rows = []
-    for name, cls in LLM_TASKS.items():
+    for name, cls in PROBLEM_SETS.items():
         keys = [f"{f.name}={f.default!r}" for f in fields(cls.Options) if f.default is not MISSING]
         rows.append(textwrap.fill(f"{name}: {', '.join(keys) if keys else '(none)'}", 100, initial_indent="  ",
                                   subsequent_indent="    "))
