@@ -1,6 +1,6 @@
-"""One GRPO fine-tuning run (TRL's ``GRPOTrainer``) under a wall-clock budget: the baseline of ``bench llm``.
+"""One GRPO fine-tuning run (TRL's ``GRPOTrainer``) under a wall-clock budget: the baseline of ``bench/llm_vs_grpo.py``.
 
-    python -m hyperscalees.benchmarks.grpo_run --model DIR --task arithmetic --task-options JSON \\
+    python bench/grpo_run.py --model DIR --task arithmetic --task-options JSON \\
         --seed S --prompts P --generations G --max-new-tokens T --eval-prompts E --budget SECONDS [--device cuda]
 
 Needs the ``grpo`` extra (``pip install 'hyperscalees[grpo]'``: trl, which brings datasets);
@@ -79,7 +79,7 @@ def cut(text: str, stop: str = STOP) -> str:
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(prog="python -m hyperscalees.benchmarks.grpo_run", description=__doc__,
+    p = argparse.ArgumentParser(prog="python bench/grpo_run.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a local model folder (save_pretrained form) or .gguf file")
     p.add_argument("--task", default="arithmetic")
@@ -105,9 +105,9 @@ def run(a) -> dict:
     import trl
     from trl import GRPOConfig, GRPOTrainer
 
-    from .. import llm
-    from ..tasks.llm import LLM_TASKS
-    from ..tasks.llm.evaluate import held_out
+    from hyperscalees import llm
+    from hyperscalees.tasks.llm import LLM_TASKS
+    from hyperscalees.tasks.llm.evaluate import held_out
 
     task = LLM_TASKS[a.task](seed=a.seed, options=json.loads(a.task_options))
     model, tok = llm.load_causal_lm(a.model, device=a.device)

@@ -16,8 +16,8 @@ LAYERS = ["noise", "ops", "strategies", "nn", "mup", "models", "functional", "ll
 TOP = len(LAYERS)  # top-level modules (hyperscalees/__init__.py, __main__.py) may import anything
 # optional heavy dependencies: the only files (glob patterns) that may import each one
 HEAVY = {"ray": ["distributed/ray.py"], "gymnasium": ["tasks/rl/*.py"], "sklearn": ["tasks/digits.py"],
-         "matplotlib": ["engine/plotting.py"], "transformers": ["llm/*.py"], "rwkv7_hf": ["llm/load.py"], "vllm": [], "trl": ["benchmarks/grpo_run.py"],
-         "argparse": ["cli/*.py", "benchmarks/grpo_run.py"]}  # grpo_run: a python -m entry point
+         "matplotlib": ["engine/plotting.py"], "transformers": ["llm/*.py"], "rwkv7_hf": ["llm/load.py"], "vllm": [],
+         "trl": [], "argparse": ["cli/*.py"]}  # trl: only the GRPO baseline of the studies, bench/grpo_run.py
 FILES = sorted(ROOT.rglob("*.py"))
 IMPORTERS = {"import_module", "__import__"}  # importlib.import_module("...") / __import__("...") count as imports
 
