@@ -233,7 +233,7 @@ def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: in
     ``side_by_side``: each method's i-th setting runs beside the others' i-th on the same seed, started
     together (:func:`concurrently`), before :func:`tune` reads the scores."""
     grids = {m: GRIDS[m][:2] if quick else GRIDS[m] for m in methods}
-    log(f"bench llm: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
+    log(f"llm_vs_grpo: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
         f"{len(seeds)} seeds x {budget:g} s" + (", side by side" if side_by_side else ""))
 
     def validated(m, seed, settings):
@@ -251,5 +251,5 @@ def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: in
         # tune() passes a copy of the grid's entry: its index finds the cell
         train = lambda m, seed, settings: scores[(m, seed, grids[m].index(settings))]  # noqa: E731
     tuning = tune(grids, seeds, train, log=log)
-    log(f"bench llm: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
+    log(f"llm_vs_grpo: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
     return tuning

@@ -295,7 +295,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
         side_by_side: bool = False, eval_prompts=None, settings=None) -> Report:
     if device not in ("cpu", "cuda"):
-        raise BenchSetupError(f"bench llm runs on cpu or cuda, got --device {device!r}")
+        raise BenchSetupError(f"llm_vs_grpo runs on cpu or cuda, got --device {device!r}")
     c = {**with_task(configs(quick), task, task_options), "device": device}
     if eval_prompts is not None:
         c = with_eval_prompts(c, eval_prompts)
@@ -325,7 +325,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         warm = None
         if warm_start_minutes:
             folder = Path(runs_dir or tmp) / "warm_start_model"
-            log(f"bench llm: warm start, {warm_start_minutes:g} min of supervised training -> {folder}")
+            log(f"llm_vs_grpo: warm start, {warm_start_minutes:g} min of supervised training -> {folder}")
             warm = warm_start(folder, warm_start_minutes, c, log=log, options=warm_start_options)
             log(f"  warm start: {warm['steps']} steps, held-out accuracy {warm['before']['accuracy']:.3f} -> "
                 f"{warm['after']['accuracy']:.3f}")
@@ -335,7 +335,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
                 raise BenchSetupError("give --model DIR (a local model folder) or --warm-start-minutes M")
             model = _quick_model(Path(tmp) / "quick_model")
         before = before_accuracy(model, c)
-        log(f"bench llm: {model}: held-out accuracy before {before['accuracy']:.3f}")
+        log(f"llm_vs_grpo: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
         tuning = (run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log,
                            side_by_side=side_by_side) if tune else None)

@@ -1,4 +1,4 @@
-"""bench llm: the GRPO runner's record, the warm start, the CLI flags, and ``bench llm --quick`` end to end."""
+"""bench/llm_vs_grpo.py: the GRPO runner's record, the warm start, the CLI flags, and ``--quick`` end to end."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""bench llm-signal: the gradient noise scale from independent estimates, and the two methods' directions."""
+"""bench/llm_signal.py: the gradient noise scale from independent estimates, and the two methods' directions."""
 import json
 import math
 from pathlib import Path

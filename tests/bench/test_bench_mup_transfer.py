@@ -1,4 +1,4 @@
-"""``bench mup-transfer --quick``: every sweep reports a best value per width and the drift between widths."""
+"""``python bench/mup_transfer.py --quick``: every sweep reports a best value per width and the drift between widths."""
 import json
 
 import torch

@@ -1,4 +1,4 @@
-"""bench llm --tune: the selection on tuning seeds by validation accuracy, with fake runs (no training)."""
+"""bench/llm_vs_grpo.py --tune: the selection on tuning seeds by validation accuracy, with fake runs (no training)."""
 from __future__ import annotations
 
 import importlib.util
@@ -50,7 +50,7 @@ def test_both_methods_get_the_same_tuning_budget():
 
 @pytest.fixture
 def fake_runs(monkeypatch):
-    """bench llm with fake ES and GRPO runs: validation accuracy grows with lr (ES) and falls with it (GRPO)."""
+    """llm_vs_grpo with fake ES and GRPO runs: validation accuracy grows with lr (ES) and falls with it (GRPO)."""
     calls = []
 
     def side(method, key):
