@@ -140,7 +140,7 @@ llm_stage() {
         --device "$DEVICE" --population "$warm_population" --prompts 4 --max-new-tokens 64 --steps 2 --eval-prompts 1 \
         --sigma 1e-2 --out "${work}_es_warmup" --overwrite --json
     # shellcheck disable=SC2086
-    step bench_llm "$PY" -m hyperscalees bench llm --device "$DEVICE" --json --model "$model" --task countdown \
+    step bench_llm "$PY" bench/llm_vs_grpo.py --device "$DEVICE" --json --model "$model" --task countdown \
         --task-options "$COUNTDOWN" --settings "${GPU_LLM_SETTINGS:-$SETTINGS_DEFAULT}" --seeds $seeds \
         --budget "$budget" --eval-prompts "$eval_prompts" --runs-dir "$work/llm_runs" --plot "$work/llm_demo1_gpu.png" \
         --out "$work/llm_demo1_gpu.txt"

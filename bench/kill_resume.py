@@ -119,7 +119,7 @@ def write_timing(model: str, work: Path) -> tuple[float, float]:
     with torch.no_grad():
         for _ in range(8):
             t0 = time.perf_counter()
-            es_.tell(evaluate(es_, lambda m, lo, hi: task.fitness(m, lo, hi, step=es_.step)))
+            es_.tell(evaluate(es_, lambda m, lo, hi, step: task.fitness(m, lo, hi, step=step)))
             t1 = time.perf_counter()
             save_checkpoint(work / "timing", es_, cfg.to_dict())
             steps.append(t1 - t0)

@@ -30,10 +30,10 @@ def case(name):
     if name == "tiny_lm":
         model = TinyLM(vocab=64, d=64, layers=1, max_len=8)
         ids = torch.randint(0, 64, (P, 8))
-        return model, lambda m, lo, hi: -m(ids[lo:hi]).pow(2).mean(dim=(1, 2))
+        return model, lambda m, lo, hi, step: -m(ids[lo:hi]).pow(2).mean(dim=(1, 2))
     model = nn.Linear(256, 256, bias=False) if name == "linear" else mlp([64, 256, 256, 10], "tanh")
     x = torch.randn(P * T, model.in_features if name == "linear" else 64)
-    return model, lambda m, lo, hi: -m(x[lo * T:hi * T]).pow(2).view(hi - lo, -1).mean(dim=1)
+    return model, lambda m, lo, hi, step: -m(x[lo * T:hi * T]).pow(2).view(hi - lo, -1).mean(dim=1)
 
 
 def main():

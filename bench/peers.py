@@ -85,7 +85,7 @@ def ours_probe(population: int, gens: int, chunk: int, device: str = "cpu") -> d
     plain = {k: v.detach().clone() for k, v in model.state_dict().items()}
     ref = minimal_step(plain, population, sigma=0.05, lr=0.05, seed=0)
 
-    def fitness(m, lo, hi):
+    def fitness(m, lo, hi, step=0):
         out = m(xt[lo * 32:hi * 32]).view(hi - lo, 32, 10)
         return -(out - y).pow(2).mean(dim=(1, 2))
 

@@ -1,6 +1,6 @@
-"""PPO time-to-threshold on one gymnasium env and seed: the anchor `hyperscalees bench rl` compares ES against.
+"""PPO time-to-threshold on one gymnasium env and seed: the anchor `bench/rl_vs_ppo.py` compares ES against.
 
-Runs inside a throw-away venv that has stable-baselines3 (``hyperscalees bench rl`` builds
+Runs inside a throw-away venv that has stable-baselines3 (``bench/rl_vs_ppo.py`` builds
 one under the user cache), so it never imports hyperscalees: PPO is not a dependency of
 the library. Protocol (shared/research/baselines.md §3):
 
@@ -87,7 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--final-eval", action="store_true", help="evaluate once more when training stops")
     p.add_argument("--timesteps", type=int, default=None, help="env steps to train at most (default: the zoo's)")
     p.add_argument("--hs-src", default=None, help="a hyperscalees source tree (its src/): score the policy with its "
-                   "evaluator (tasks/rl/evaluate.py, the one bench rl gives every method) instead of SB3's "
+                   "evaluator (tasks/rl/evaluate.py, the one rl_vs_ppo.py gives every method) instead of SB3's "
                    "evaluate_policy; curve points then carry the train-only clock too")
     args = p.parse_args(argv)
     if args.threshold is None:
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> dict:
             now = time.perf_counter()
             self.eval_s += now - te
             wall = now - self.t0
-            if shared is not None:   # [wall, train-only, env steps, return]: bench rl's curve points
+            if shared is not None:   # [wall, train-only, env steps, return]: rl_vs_ppo.py's curve points
                 self.curve.append([round(wall, 4), round(wall - self.eval_s, 4), self.num_timesteps, float(mean)])
             else:
                 self.curve.append([round(wall, 4), self.num_timesteps, float(mean)])

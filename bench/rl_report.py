@@ -1,15 +1,15 @@
-"""Rebuild the `hyperscalees bench rl` report (table, JSON, plot) from the run records of `--runs-dir`.
+"""Rebuild the `python bench/rl_vs_ppo.py` report (table, JSON, plot) from the run records of `--runs-dir`.
 
 Usage:
     PYTHONPATH=src python bench/rl_report.py RUNS_DIR [--plot OUT.png] [--out OUT] [--note TEXT ...]
 
-`bench rl --runs-dir DIR` saves every run as DIR/ENV_METHOD_seedS.json. Runs of one protocol taken in
+`rl_vs_ppo.py --runs-dir DIR` saves every run as DIR/ENV_METHOD_seedS.json. Runs of one protocol taken in
 several invocations (e.g. CartPole in one, Pendulum in another, a method's extra seeds in a third)
-land in the same folder; this reads them all back and reports them as one `bench rl` would
-(:func:`hyperscalees.benchmarks.rl.summarize_env` and :func:`build_report`, nothing recomputed
+land in the same folder; this reads them all back and reports them as one `rl_vs_ppo.py` run would
+(:func:`rl_vs_ppo.summarize_env` and :func:`build_report`, nothing recomputed
 differently). Every record must share one budget and thread count. `environment` in the output is
 this process's torch and machine, with the runs' thread count and the range of the records' 1-minute
-`load_before` (`load_avg_1m_runs`: min, max; bench rl reads it as each run returns, so it is the load
+`load_before` (`load_avg_1m_runs`: min, max; rl_vs_ppo.py reads it as each run returns, so it is the load
 at the end of each run).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hyperscalees.benchmarks import rl
+import rl_vs_ppo as rl
 
 
 def load_runs(runs_dir: Path) -> tuple[dict, float, int]:

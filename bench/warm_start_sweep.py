@@ -1,8 +1,8 @@
 """Question: which task setting, model size and recipe warm-starts a char Llama to 15-40% held-out accuracy?
 
-Demonstration 1 (``bench llm --warm-start-minutes``) needs a starting model well above 0% and well
+Demonstration 1 (``bench/llm_vs_grpo.py --warm-start-minutes``) needs a starting model well above 0% and well
 below 100%, so that ES and GRPO have room to move either way. This trains one setting the way
-``llm.warm.supervise`` does (AdamW, teacher forcing on the task's reference solutions, linear
+``warm_start.supervise`` does (AdamW, teacher forcing on the task's reference solutions, linear
 warm-up over 20 steps, gradient clipping at 1) and scores held-out accuracy (``held_out``: greedy,
 the first E test problems, the bench's evaluator) every ``--every`` seconds. The clock is this
 process's **CPU time**, so a loaded machine slows the sweep down without changing its answer.
@@ -26,9 +26,9 @@ import time
 import torch
 
 from hyperscalees import llm
-from hyperscalees.llm.warm import char_llama, supervised_step
-from hyperscalees.tasks.llm import LLM_TASKS
-from hyperscalees.tasks.llm.evaluate import held_out
+from hyperscalees.tasks.problems import PROBLEM_SETS
+from hyperscalees.tasks.problems.evaluate import held_out
+from warm_start import char_llama, supervised_step
 
 
 def main() -> None:
@@ -52,9 +52,9 @@ def main() -> None:
                         "'train_size': 64 problems, RL on all of them); default: --task-options")
     a = p.parse_args()
     torch.set_num_threads(1)
-    task = LLM_TASKS[a.task](seed=0, options=json.loads(a.task_options))
+    task = PROBLEM_SETS[a.task](seed=0, options=json.loads(a.task_options))
     rl_options = json.loads(a.rl_task_options or a.task_options)
-    rl_task = LLM_TASKS[a.task](seed=a.rl_seed, options=rl_options)  # the prompts RL trains on
+    rl_task = PROBLEM_SETS[a.task](seed=a.rl_seed, options=rl_options)  # the prompts RL trains on
     model, tok = char_llama(hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
     sampling = llm.Sampling(max_new_tokens=a.max_new_tokens, stop=("</answer>",))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)

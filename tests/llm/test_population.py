@@ -163,8 +163,8 @@ def test_loads_from_several_threads_at_once_all_get_the_saved_weights(tmp_path):
     import random
     import time
     from concurrent.futures import ThreadPoolExecutor
-    from hyperscalees.llm.warm import char_llama
-    model, tok = char_llama(hidden=64, layers=2, heads=4, seed=0)
+    from tiny import char_tokenizer
+    model, tok = build("llama"), char_tokenizer()
     folder = llm.save_pretrained(model, tok, tmp_path / "m")
     saved = torch.cat([p.detach().flatten() for p in model.parameters()])
 

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import torch
 
-from hyperscalees.llm import warm
+from hyperscalees.llm import shapes
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 +-*/=()<>.,:!?'\n")
 
 
 def char_tokenizer():
     """The library's character tokenizer over this smaller alphabet (56 ids)."""
-    return warm.char_tokenizer(CHARS)
+    return shapes.char_tokenizer(CHARS)
 
 
-VOCAB = len(warm.SPECIAL) + len(CHARS)
+VOCAB = len(shapes.SPECIAL) + len(CHARS)
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 

@@ -88,7 +88,7 @@ def test_odd_populations_train_and_pair_settings_are_refused():
     es = es_for(0, False, population=7, rank=2)
     before = es.model.weight.detach().clone()
     x = torch.randn(7, 4)
-    es.tell(hs.evaluate(es, lambda m, lo, hi: -m(x[lo:hi]).pow(2).sum(1), chunk=3))
+    es.tell(hs.evaluate(es, lambda m, lo, hi, step: -m(x[lo:hi]).pow(2).sum(1), chunk=3))
     assert not torch.equal(before, es.model.weight)
 
 

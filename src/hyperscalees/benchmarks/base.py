@@ -162,7 +162,7 @@ def make_workload(kind: str, width: int, seq: int, population: int, device="cpu"
         x = torch.randint(0, vocab, (population, seq), generator=g).to(device)
         y = torch.randint(0, vocab, (population, seq), generator=g).to(device)
 
-        def fitness(m, lo, hi):
+        def fitness(m, lo, hi, step=0):
             logits = m(x[lo:hi])
             ce = F.cross_entropy(logits.reshape(-1, vocab), y[lo:hi].reshape(-1), reduction="none")
             return -ce.view(hi - lo, seq).mean(dim=1)
@@ -172,7 +172,7 @@ def make_workload(kind: str, width: int, seq: int, population: int, device="cpu"
         x = torch.randn(population * seq, width, generator=g).to(device)
         y = torch.randn(population * seq, 10, generator=g).to(device)
 
-        def fitness(m, lo, hi):
+        def fitness(m, lo, hi, step=0):
             out = m(x[lo * seq:hi * seq])
             return -(out - y[lo * seq:hi * seq]).pow(2).view(hi - lo, -1).mean(dim=1)
         desc = f"MLP {width}-{width}-{width}-10"
@@ -193,7 +193,7 @@ def chunked_inference(work: Workload, population: int, chunk: int) -> Callable[[
 def es_step(es, work: Workload, chunk: int) -> Callable[[], object]:
     """One full ES step: noise + population forward (chunked) + shaping + update."""
     def run():
-        return es.tell(evaluate(es, lambda m, lo, hi, step: work.fitness(m, lo, hi), chunk))
+        return es.tell(evaluate(es, work.fitness, chunk))
     return run
 
 

@@ -163,6 +163,25 @@ def measure_row(model, tok, members: int, prompts: int, new_tokens: int, repeats
 MODELS = ("llama", "gpt2", SMOLLM2)
 
 
+def _summary(rows: list, device: str) -> dict:
+    """The headline figures of the measured rows: the worst ratios against their targets."""
+    col = {c: i for i, c in enumerate(COLUMNS)}
+    ratios = [r[col["pop_over_plain"]] for r in rows]
+    tells = [r[col["tell_over_adam"]] for r in rows]
+    pop_min, tell_max = min(ratios, default=math.nan), max(tells, default=math.nan)
+    by_model = lambda column, pick: {m: pick(r[col[column]] for r in rows if r[0] == m)
+                                     for m in dict.fromkeys(r[0] for r in rows)}
+    return {"pop_over_plain_min": pop_min, "tell_over_adam_max": tell_max,
+            "pop_over_plain_by_model": by_model("pop_over_plain", min),
+            "tell_over_adam_by_model": by_model("tell_over_adam", max),
+            "tell_share_max": max((r[col["tell_share"]] for r in rows), default=math.nan),
+            "sampled_cost_max": max((r[col["sampled_cost"]] for r in rows), default=math.nan),
+            "targets": TARGETS,
+            "meets_targets": bool(pop_min >= TARGETS["pop_over_plain_min"]
+                                  and tell_max <= TARGETS["tell_over_adam_max"]),
+            "device": device, "environment": environment()}
+
+
 def run(quick: bool = False, device: str = "cpu", log=print, models=None) -> Report:
     """``models``: the names of :data:`MODELS` to measure (default all), e.g. SmolLM2 alone once the
     others were measured."""
@@ -196,21 +215,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, models=None) -> Rep
             log(f"  {cfg['model']} N={members} P={prompts}: population/plain {r['pop_over_plain']:.2f}, "
                 f"tell/Adam {r['tell_over_adam']:.2f}, tell share {r['tell_share']:.3f}")
         del model
-    col = {c: i for i, c in enumerate(COLUMNS)}
-    ratios = [r[col["pop_over_plain"]] for r in rep.rows]
-    tells = [r[col["tell_over_adam"]] for r in rep.rows]
-    pop_min, tell_max = min(ratios, default=math.nan), max(tells, default=math.nan)
-    by_model = lambda column, pick: {m: pick(r[col[column]] for r in rep.rows if r[0] == m)
-                                     for m in dict.fromkeys(r[0] for r in rep.rows)}
-    rep.summary = {"pop_over_plain_min": pop_min, "tell_over_adam_max": tell_max,
-                   "pop_over_plain_by_model": by_model("pop_over_plain", min),
-                   "tell_over_adam_by_model": by_model("tell_over_adam", max),
-                   "tell_share_max": max((r[col["tell_share"]] for r in rep.rows), default=math.nan),
-                   "sampled_cost_max": max((r[col["sampled_cost"]] for r in rep.rows), default=math.nan),
-                   "targets": TARGETS,
-                   "meets_targets": bool(pop_min >= TARGETS["pop_over_plain_min"]
-                                         and tell_max <= TARGETS["tell_over_adam_max"]),
-                   "device": device, "environment": environment()}
+    rep.summary = _summary(rep.rows, device)
     rep.details = {"configurations": details}
     rep.notes += skipped
     rep.notes += ["tok_s = members x prompts x new_tokens / median seconds of one batched generate (greedy, "

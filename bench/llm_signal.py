@@ -26,25 +26,33 @@ matrix); GRPO's optimizer (Adam) and ES's (SGD) come after, and are not part of 
 
 Rows: ES at 32, 512, 2,048 and 4,096 members × 4 prompts (128 to 16,384 completions a step: ES's
 signal is small, and only large steps show it above the estimate's error), GRPO at 16, 64 and 256
-prompts × 8 completions (128, 512 and 2,048; 128 and 2,048 are the sizes ``bench llm`` and
+prompts × 8 completions (128, 512 and 2,048; 128 and 2,048 are the sizes ``bench/llm_vs_grpo.py`` and
 ``bench/gpu_session.sh`` train at); σ 1e-2 (the CPU tuning's choice), greedy members,
 the task's default options unless given (``--task``, ``--task-options``), 16 estimates a row. Each row's completions/s is the time its estimates
 took here, one after another in this process (ES: generate and score; GRPO: generate, score,
 forward and backward).
+
+One of the project's studies (docs/llm-vs-grpo.md), run from a source checkout:
+
+    python bench/llm_signal.py [--quick] [--json] --model DIR [--task NAME] [--task-options JSON]
+                               [--settings JSON] [--plot FILE] [--device cpu|cuda] [--out FILE]
 """
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from tqdm import tqdm
 
-from .. import llm
-from .base import BenchSetupError, Report, environment
-from .grpo_run import STOP, cut
+import study_cli
+from grpo_run import STOP, cut
+from hyperscalees import llm
+from hyperscalees.benchmarks.base import BenchSetupError, Report, environment
+from llm_runs import _json_object, with_task
 
 QUESTION = ("gradient noise scale B_noise (completions) and signal share of one step, ES (EGGROLL, normalised "
             "per prompt) vs GRPO (dapo loss, on-policy), on one model and task")
@@ -186,7 +194,7 @@ def es_estimate(es, tokenizer, task, prompts: list[str], sampling: llm.Sampling,
                 chunk: int = 64) -> tuple[Tensor, int]:
     """ES's gradient estimate at ``step`` (its noise) on ``prompts``: (flat vector in ``names`` order,
     completions)."""
-    from ..llm.generate import complete_chunk
+    from hyperscalees.llm.generate import complete_chunk
     es.strategy.set_step(step)
     n, p = es.population, len(prompts)
     scores = []
@@ -237,7 +245,7 @@ def grpo_direction(model, tokenizer, prompts: list[str], tokens: Tensor, lengths
     A = (r - group mean) / (group std + 1e-4) per prompt, direction ∇ Σ_i A_i Σ_t log π(token_it) / tokens,
     tokens up to and including each row's end token. Rows go through forward and backward
     ``rows_per_pass`` at a time (default: as many as :data:`PASS_BYTES` holds), their gradients summed."""
-    from ..llm.generate import encode_prompts
+    from hyperscalees.llm.generate import encode_prompts
     p = len(prompts)
     adv = ((rewards - rewards.mean(0)) / (rewards.std(0) + EPS)).reshape(-1)
     device = next(model.parameters()).device
@@ -269,7 +277,7 @@ def grpo_estimate(model, tokenizer, task, prompts: list[str], generations: int, 
                   seed: int, params: dict[str, Tensor]) -> tuple[Tensor, int]:
     """GRPO's first-step direction on ``prompts``: (flat ascent direction over ``params``, completions).
 
-    As ``bench llm`` runs TRL: ``generations`` completions per prompt sampled at temperature 1 (no
+    As ``bench/llm_vs_grpo.py`` runs TRL: ``generations`` completions per prompt sampled at temperature 1 (no
     stop string: up to the end token or ``max_new_tokens``), the task's reward on each completion
     cut after ``</answer>``, then :func:`grpo_direction`."""
     sampling = llm.Sampling(max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0)
@@ -299,7 +307,6 @@ def with_settings(c: dict, settings) -> dict:
     noise, as ``train llm --temperature``), members (a list), prompts}, ``grpo`` {prompts (a list),
     generations}, ``evolve`` (glob patterns of the weights both read, as ``train llm --evolve``),
     ``estimates`` (per row, >= 3), ``max_new_tokens`` (both methods' answer length, >= 1)."""
-    from .llm import _json_object
     given = _json_object(settings, "--settings")
     bad = sorted(set(given) - set(SETTINGS))
     if bad:
@@ -359,21 +366,20 @@ def _load(model: str | None, quick: bool, device: str):
     if model:
         return llm.load_causal_lm(model, device=device)
     if not quick:
-        raise BenchSetupError("llm-signal needs --model (a local model folder, e.g. bench/models/countdown_char_llama)")
-    from ..llm.warm import char_llama
+        raise BenchSetupError("llm_signal needs --model (a local model folder, e.g. bench/models/countdown_char_llama)")
+    from warm_start import char_llama
     m, tok = char_llama(hidden=16, layers=1, heads=2)  # --quick: a random model, to check the pipeline
     return m.to(device), tok
 
 
 def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=None, task_options=None,
         plot=None, settings=None) -> Report:
-    from ..nn.module_es import EGGROLL
-    from .llm import with_task
+    from hyperscalees.nn.module_es import EGGROLL
     c = with_settings(configs(quick), settings if settings is not None else {})
     t = with_task({"task": "countdown", "task_options": {}}, task, task_options)
-    from ..tasks.llm import LLM_TASKS
+    from hyperscalees.tasks.problems import PROBLEM_SETS
     seed = 0  # draws the training problems; the estimates' own noise is keyed per estimate
-    problems = LLM_TASKS[t["task"]](seed=seed, options=t["task_options"])
+    problems = PROBLEM_SETS[t["task"]](seed=seed, options=t["task_options"])
     lm, tok = _load(model, quick, device)
     lm.eval()
     try:
@@ -462,7 +468,7 @@ def draw(record: dict, path, title: str = "") -> None:
     """Signal share of one step against completions a step, both methods, from a run's JSON record:
     each row's share (a downward triangle at share + 2 standard errors where it does not show) and
     the curve n / (n + B_noise) of each method's pooled B_noise, shaded between its bounds."""
-    from ..engine.plotting import pyplot, save_figure
+    from hyperscalees.engine.plotting import pyplot, save_figure
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     colors = {"es": "tab:blue", "grpo": "tab:orange"}
@@ -498,3 +504,21 @@ def draw(record: dict, path, title: str = "") -> None:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     save_figure(fig, path, dpi=90)
+
+
+def main(argv=None) -> int:
+    p = study_cli.parser("llm_signal.py", __doc__)
+    p.add_argument("--model", default=None, metavar="DIR", help="the local model folder whose steps are measured")
+    p.add_argument("--task", default=None, metavar="NAME", help="the task both methods' steps are read on "
+                   "(default countdown)")
+    p.add_argument("--task-options", default=None, metavar="JSON", help="the task's options as JSON (default none)")
+    p.add_argument("--settings", default=None, metavar="JSON",
+                   help="what to measure, e.g. '{\"es\": {\"sigma\": 3e-2, \"members\": [2048, 4096]}}' (only the "
+                        f"methods named run; keys: {', '.join(sorted(SETTINGS))})")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                   help="draw signal share vs completions a step to this PNG (needs matplotlib)")
+    return study_cli.main(p, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""bench rl without network, stable-baselines3 or the ES task: its parsing, medians, report and commands.
+"""bench/rl_vs_ppo.py without network, stable-baselines3 or the ES task: its parsing, medians, report and commands.
 
 The orchestration test stands fake ES and PPO processes in for the real ones (plain Python
 scripts that write what the real ones would), so the subprocess handling runs for real.
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from hyperscalees.benchmarks import rl
+import hyperscalees
+import rl_vs_ppo as rl
 from hyperscalees.benchmarks.base import BenchSetupError
-from hyperscalees.cli import bench
-from hyperscalees.cli.main import build_parser, main
+from hyperscalees.cli.main import main
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 quiet = lambda *_: None
@@ -161,7 +161,7 @@ def test_ppo_is_scored_by_the_same_evaluator_as_es():
             assert deterministic and isinstance(obs, np.ndarray)
             return policy(torch.from_numpy(obs)).numpy(), None
     args = argparse.Namespace(env="CartPole-v1", seed=104, eval_episodes=8,
-                              hs_src=str(Path(rl.__file__).resolve().parents[2]))
+                              hs_src=str(Path(hyperscalees.__file__).resolve().parents[1]))
     mean, std = ppo_anchor.shared_evaluator(args)(StandIn())
     want = task.evaluate(policy)
     assert (mean, std) == (want["eval_return"], want["eval_return_std"])
@@ -213,7 +213,7 @@ def test_ppo_anchor_parses_flags_without_stable_baselines3():
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "hyperscalees" not in imported and "stable_baselines3" in imported    # runs in the PPO venv only
     assert "stable_baselines3" not in sys.modules                               # imported lazily, in run()
-    assert set(ppo_anchor.THRESHOLDS) == set(rl.THRESHOLDS) == set(bench.RL_ENVS)
+    assert set(ppo_anchor.THRESHOLDS) == set(rl.THRESHOLDS)
     assert all(ppo_anchor.THRESHOLDS[e] == rl.THRESHOLDS[e] for e in rl.THRESHOLDS)
     n_envs, steps, kw = ppo_anchor.ppo_kwargs("CartPole-v1")
     assert (n_envs, steps, kw["n_steps"], kw["batch_size"], kw["n_epochs"]) == (8, 100_000, 32, 256, 20)
@@ -294,20 +294,19 @@ def test_cli_flags_reach_run_and_setup_errors_exit_1(monkeypatch, capsys):
         seen.update(kw)
         raise BenchSetupError("no network")
     monkeypatch.setattr(rl, "run", fake_run)
-    code = main(["bench", "rl", "--seeds", "102", "103", "--envs", "Pendulum-v1", "--budget", "45", "--plot", "p.png",
+    code = rl.main(["--seeds", "102", "103", "--envs", "Pendulum-v1", "--budget", "45", "--plot", "p.png",
                  "--methods", "es", "openes", "--tuning-seeds", "0", "1", "--runs-dir", "runs"])
-    assert code == 1 and "hyperscalees bench rl: no network" in capsys.readouterr().err
+    assert code == 1 and "python bench/rl_vs_ppo.py: no network" in capsys.readouterr().err
     assert seen["seeds"] == [102, 103] and seen["envs"] == ["Pendulum-v1"] and seen["budget"] == 45.0
     assert seen["methods"] == ["es", "openes"] and seen["tuning_seeds"] == [0, 1] and str(seen["runs_dir"]) == "runs"
     assert str(seen["plot"]) == "p.png" and seen["threads"] == 1 and seen["device"] == "cpu"
 
 
-@pytest.mark.parametrize("argv", [["bench", "rl", "--budget", "0"], ["bench", "rl", "--seeds", "-1"],
-                                  ["bench", "rl", "--envs", "Hopper-v5"], ["bench", "calls", "--seeds", "1"],
-                                  ["bench", "rl", "--methods", "a2c"]])
+@pytest.mark.parametrize("argv", [["--budget", "0"], ["--seeds", "-1"], ["--envs", "Hopper-v5"],
+                                  ["bench", "calls", "--seeds", "1"], ["--methods", "a2c"]])
 def test_bad_rl_flags_are_refused(argv, capsys):
     try:
-        code = main(argv)
+        code = main(argv) if argv[0] == "bench" else rl.main(argv)
     except SystemExit as e:
         code = e.code
     assert code == 2 and capsys.readouterr().err.strip()

@@ -6,48 +6,26 @@ weights (Hugging Face's init). ``supervise(model, tokenizer, pairs, seconds)`` t
 backprop (AdamW, teacher forcing) on ``prompt + completion + </s>`` with the loss on the
 completion tokens only, until ``seconds`` have passed, and returns what it did. Nothing
 downloads; save the result with :func:`hyperscalees.llm.save_pretrained`.
+:func:`warm_start` does both for a task's reference solutions and saves the model.
 
-This is how ``bench llm --warm-start-minutes`` makes a model that starts above 0% on a task,
-so that ES and GRPO have a reward signal to climb (demonstration 1 of the LLM guide).
+This is how ``python bench/llm_vs_grpo.py --warm-start-minutes`` makes a model that starts above
+0% on a task, so that ES and GRPO have a reward signal to climb (demonstration 1 of the LLM guide).
+A fixture of the project's studies, not part of the installed package.
 """
 from __future__ import annotations
 
 import math
-import string
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 
-SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
-CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c"))  # printable ASCII, space and newline
-
-
-def char_tokenizer(chars=CHARS, size: int | None = None):
-    """A ``PreTrainedTokenizerFast`` with one token per character of ``chars`` (left padding).
-
-    Ids: ``<pad> <s> </s> <unk>`` (0-3), then the characters in order. ``size`` pads the
-    vocabulary with filler tokens ``<t0> <t1> ...`` to exactly that many ids, so that every id a
-    model with a larger vocabulary emits still decodes (random models, ``llm.shapes``).
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    base = SPECIAL + list(chars)
-    if size is not None and size < len(base):
-        raise ValueError(f"vocab must be at least {len(base)} (special tokens and characters), got {size}")
-    fillers = [] if size is None else [f"<t{i}>" for i in range(size - len(base))]
-    vocab = {t: i for i, t in enumerate(base + fillers)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                 unk_token="<unk>")
-    hf.padding_side = "left"
-    return hf
+from hyperscalees.llm.shapes import PRINTABLE, char_tokenizer
 
 
 def char_llama(hidden: int = 128, layers: int = 4, heads: int = 4, intermediate: int | None = None,
-               max_positions: int = 1024, seed: int = 0, chars=CHARS):
+               max_positions: int = 1024, seed: int = 0, chars=PRINTABLE):
     """``(model, tokenizer)``: a randomly initialised Llama over a character vocabulary."""
     from transformers import LlamaConfig, LlamaForCausalLM
     tok = char_tokenizer(chars)
@@ -113,3 +91,35 @@ def supervise(model, tokenizer, pairs: Callable[[int], list[tuple[str, str]]] | 
     if losses:
         last = sum(losses) / len(losses)
     return {"steps": step, "seconds": round(time.perf_counter() - t0, 2), "loss": last}
+
+
+WARM_SIZE = {"hidden": 64, "layers": 2, "heads": 4}  # learned the one-step setting fastest per CPU minute here (sweep)
+
+
+def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | None = None, batch: int = 16,
+               lr: float = 3e-3, seed: int = 0, options: dict | None = None) -> dict:
+    """Build a small Llama (:func:`char_llama`), train it by backprop on the task's reference
+    solutions (train split) for ``minutes``, save it to ``folder``; returns what it did and its
+    held-out metrics before and after. ``c``: the study's settings (task, task_options,
+    max_new_tokens, eval_prompts).
+
+    ``options`` override the task's options for the warm start only: ``{"train_size": 64}`` trains
+    on 64 distinct problems, so the problems ES and GRPO then train on are not all memorised (on
+    the whole training split the warm start answers ~97% of them and leaves RL no signal)."""
+    from hyperscalees import llm
+    from hyperscalees.tasks.problems import PROBLEM_SETS
+    from hyperscalees.tasks.problems.evaluate import held_out
+    size = size or WARM_SIZE
+    task_options = {**c["task_options"], **(options or {})}
+    task = PROBLEM_SETS[c["task"]](seed=seed, options=task_options)
+    model, tok = char_llama(seed=seed, **size)
+    sampling = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",))
+    before = held_out(task, model, tok, sampling, c["eval_prompts"])
+    pairs = lambda s: [(p.prompt, p.solution) for p in task.problems("train", s * batch, batch)]
+    torch.manual_seed(seed)
+    trained = supervise(model, tok, pairs, 60.0 * minutes, lr=lr, log=log)
+    after = held_out(task, model, tok, sampling, c["eval_prompts"])
+    llm.save_pretrained(model, tok, folder, overwrite=True)
+    return {"folder": str(folder), "size": size, "params": sum(p.numel() for p in model.parameters()),
+            "batch": batch, "lr": lr, "minutes": minutes, "task_options": task_options, **trained,
+            "before": before, "after": after}

@@ -1,4 +1,4 @@
-"""``bench llm --tune``: pick each method's settings on tuning seeds, by validation accuracy.
+"""``python bench/llm_vs_grpo.py --tune``: pick each method's settings on tuning seeds, by validation accuracy.
 
 The protocol, the same for ES and GRPO:
 
@@ -17,8 +17,8 @@ The protocol, the same for ES and GRPO:
   entry.
 
 :func:`tune` holds the selection only: it calls ``train(method, seed, settings) -> validation
-accuracy or None`` (a failed run) for every cell, so it is tested with a fake; :func:`run_grid`
-gives it real runs.
+accuracy or None`` (a failed run) for every cell, so it is tested with a fake;
+``llm_runs.run_grid`` gives it real runs. Nothing here imports the runners.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ GRPO_GRID = ({"learning_rate": 1e-4, "generations": 16},
              {"learning_rate": 3e-4, "generations": 8, "prompts": 16},
              {"learning_rate": 3e-4, "generations": 16})
 GRIDS = {"es": ES_GRID, "grpo": GRPO_GRID}
-# What a setting may hold, per method (a grid entry or ``bench llm --settings``), and what each must be.
+# What a setting may hold, per method (a grid entry or ``--settings``), and what each must be.
 _POSITIVE = ("a number > 0", lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < v < float("inf"))
 _COUNT = ("a whole number >= 1", lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 1)
 _PAIRS = ("an even whole number >= 2 (antithetic pairs)",
@@ -61,7 +61,7 @@ VALIDATION = ("the first {count} distinct problems of the task's validation spli
 
 
 def check_settings(method: str, settings) -> dict:
-    """``settings`` for ``method`` (a grid entry, or given by ``bench llm --settings``), refused with
+    """``settings`` for ``method`` (a grid entry, or given by ``--settings``), refused with
     the bad key or value: a typo must not silently run a method's defaults."""
     if method not in SETTING_KEYS:
         raise ValueError(f"no settings for method {method!r}: the methods are {sorted(SETTING_KEYS)}")
@@ -109,40 +109,3 @@ def tune(grids: dict[str, tuple[dict, ...]], seeds, train: Callable[[str, int, d
         best = 0 if best is None else best
         out[method] = {"grid": cells, "chosen": dict(grid[best]), "chosen_index": best}
     return out
-
-
-def validation_accuracy(model: str, c: dict) -> dict:
-    """A model folder's metrics on the first E distinct problems of the task's validation split (never a
-    training or test problem): what ``--tune`` chooses by."""
-    from .llm import split_accuracy
-    return split_accuracy(model, c, "validation")
-
-
-def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,
-             log, side_by_side: bool = False) -> dict:
-    """:func:`tune` over real runs (``sides[method]``: ``bench llm``'s run_es / run_grpo): every setting
-    trained on every tuning seed, scored by :func:`validation_accuracy`; ``quick``: two settings each.
-    ``side_by_side``: each method's i-th setting runs beside the others' i-th on the same seed, started
-    together (``bench llm``'s ``concurrently``), before :func:`tune` reads the scores."""
-    from .llm import concurrently
-    grids = {m: GRIDS[m][:2] if quick else GRIDS[m] for m in methods}
-    log(f"bench llm: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
-        f"{len(seeds)} seeds x {budget:g} s" + (", side by side" if side_by_side else ""))
-
-    def validated(m, seed, settings):
-        rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
-        return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
-
-    train = validated
-    if side_by_side:  # every cell run first, pairs together; tune() then reads the scores
-        scores = {}  # (method, seed, setting index) -> validation accuracy
-        for i in range(max(map(len, grids.values()))):
-            for seed in seeds:
-                cell = [m for m in methods if i < len(grids[m])]
-                done = concurrently([lambda m=m: validated(m, seed, dict(grids[m][i])) for m in cell])
-                scores.update({(m, seed, i): score for m, score in zip(cell, done)})
-        # tune() passes a copy of the grid's entry: its index finds the cell
-        train = lambda m, seed, settings: scores[(m, seed, grids[m].index(settings))]  # noqa: E731
-    tuning = tune(grids, seeds, train, log=log)
-    log(f"bench llm: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
-    return tuning

@@ -10,13 +10,13 @@ intra-op thread count (``OMP_NUM_THREADS``, default 1) and the same training bud
   prompt), its exported model scored by this process after the run (the run's own evaluation,
   at the end only, may be cut short by the budget's deadline). Its clock starts at
   the engine's start (after imports, with transformers imported first so its import is not
-  counted), so loading the model and building the strategy count against ES.
-- ``grpo``: ``python -m hyperscalees.benchmarks.grpo_run`` (TRL's ``GRPOTrainer``, TRL's
+  counted: ``bench/es_run.py``), so loading the model and building the strategy count against ES.
+- ``grpo``: ``python bench/grpo_run.py`` (TRL's ``GRPOTrainer``, TRL's
   defaults but temperature 1, beta 0; needs the ``grpo`` extra): the same model folder, the same
   train prompts in the same order (step s: problems s·P ... s·P+P-1), the same reward, the same
   max new tokens; its clock starts at ``on_train_begin``. G = 8 completions per prompt.
 
-Both stop before the next step would pass the budget. One evaluator (``tasks/llm/evaluate.py``):
+Both stop before the next step would pass the budget. One evaluator (``tasks/problems/evaluate.py``):
 greedy answers to the first E held-out problems (the same for every seed), before and after,
 outside the clock. By default neither side is tuned: both run their library defaults. With
 ``--tune`` (``llm_tuning``), each method first trains every setting of its grid (ES: lr, sigma,
@@ -37,35 +37,38 @@ tuning chose earlier, now on fresh seeds or a larger population. ``--device cuda
 scores every run on the GPU (runs one at a time: two runs would share the one GPU).
 
 ``--warm-start-minutes M`` first builds a small Llama from a config (hidden 64, 2 layers, a
-character vocabulary; ``llm.warm``), trains it by backprop on the task's reference solutions
+character vocabulary; ``bench/warm_start.py``), trains it by backprop on the task's reference solutions
 for M minutes, saves it (under ``--runs-dir``, or a temporary folder) and uses it as the model:
 demonstration 1 of the LLM guide. ``--warm-start-options JSON`` changes the task's options for the
 warm start alone (``{"train_size": 64}``: 64 distinct problems, so ES and GRPO then train on
 problems it has not memorised). ``--quick`` builds a tiny model and runs a few seconds.
 
-    hyperscalees bench llm [--quick] [--json] (--model DIR | --warm-start-minutes M [--warm-start-options JSON])
-                           [--seeds S ...]
-                           [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
-                           [--tune [--tuning-seeds S ...] | --settings JSON] [--side-by-side] [--eval-prompts N]
-                           [--device cpu|cuda]
+One of the project's studies (demonstrations 1 and 2 of the LLM guide, docs/llm-vs-grpo.md), run
+from a source checkout; the runs themselves are in ``bench/llm_runs.py``:
+
+    python bench/llm_vs_grpo.py [--quick] [--json] (--model DIR | --warm-start-minutes M [--warm-start-options JSON])
+                                [--seeds S ...]
+                                [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
+                                [--tune [--tuning-seeds S ...] | --settings JSON] [--side-by-side] [--eval-prompts N]
+                                [--device cpu|cuda]
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import textwrap
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
-from ..engine.plotting import pyplot, save_figure
-from . import llm_tuning
-from .base import BenchSetupError, Report, environment
+import llm_tuning
+import study_cli
+from hyperscalees.benchmarks.base import BenchSetupError, Report, environment
+from hyperscalees.engine.plotting import pyplot, save_figure
+from llm_runs import (_json_object, before_accuracy, check_side_by_side, concurrently, run_es, run_grid, run_grpo,
+                      with_task)
+from warm_start import warm_start
 
 QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, EGGROLL) vs GRPO (TRL), one evaluator, "
             "the same tuning budget on both sides (none by default, --tune for a grid on tuning seeds)")
@@ -77,22 +80,8 @@ TASK = "arithmetic"
 # two steps, operands up to 5: thousands of distinct problems, so a 9-minute warm start reaches ~40% held-out
 # accuracy without memorising the training problems (one step: ~100 problems, memorised; operands up to 9: 5%)
 TASK_OPTIONS = {"min_steps": 2, "max_steps": 2, "max_number": 5}
-WARM_SIZE = {"hidden": 64, "layers": 2, "heads": 4}  # learned the one-step setting fastest per CPU minute here (sweep)
 COLUMNS = ["method", "seed", "acc_before", "acc_after", "formatted_after", "reward_after", "steps", "train_s",
            "gen_per_s"]
-ES_MAX_STEPS = 1_000_000
-STARTUP_SLACK_S = 600  # past the budget before a run is killed: imports, model, evaluations, export
-# the ES child imports transformers and the model's class, and starts CUDA on a GPU, before the engine's clock
-# starts (GRPO's clock starts after its imports, CUDA's start and model loading too)
-ES_PRELOAD = ("import json, pathlib, sys, torch, transformers\n"
-              "from hyperscalees.cli.main import main\n"
-              "cfg = pathlib.Path(sys.argv[sys.argv.index('--model') + 1]) / 'config.json'\n"
-              "for arch in (json.loads(cfg.read_text()).get('architectures') or []) if cfg.exists() else []:\n"
-              "    getattr(transformers, arch, None)\n"
-              "device = sys.argv[sys.argv.index('--device') + 1] if '--device' in sys.argv else 'cpu'\n"
-              "if device.startswith('cuda'):\n"
-              "    torch.zeros(1, device=device)\n"
-              "sys.exit(main(sys.argv[1:]))")
 
 
 def configs(quick: bool) -> dict:
@@ -106,194 +95,32 @@ def configs(quick: bool) -> dict:
                 eval_prompts=128, **task)
 
 
-def _env(threads: int) -> dict:
-    src = str(Path(__file__).resolve().parents[2])  # the hyperscalees this process runs
-    path = os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
 
 
-def _last_json(text: str) -> dict | None:
-    for line in reversed((text or "").strip().splitlines()):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    return None
 
 
-def _failure(rc, text: str) -> str:
-    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
-    return f"failed (exit {rc}): {lines[-1][-300:] if lines else 'no output'}"
 
 
-def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, str, str]:
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(threads))
-        return p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired:
-        return None, "", f"killed after {timeout:g} s"
 
 
-def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, tuned: dict | None = None) -> list[str]:
-    """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population and
-    optionally optimizer, prompts and temperature (``llm_tuning.ES_GRID``); population and prompts
-    default to the benchmark's, lr, sigma, optimizer and temperature (greedy) to train llm's."""
-    tuned = tuned or {}
-    argv = [sys.executable, "-c", ES_PRELOAD, "train", "llm", "--model", model, "--task", c["task"],
-            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
-            "--prompts", str(tuned.get("prompts", c["prompts"])),
-            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
-            "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
-            "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--no-eval-at-start",
-            "--json", "--out", str(out_dir)]
-    argv += [a for k in ("lr", "sigma", "temperature") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
-    argv += ["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else []
-    return argv + _device_flag(c)
 
 
-def _device_flag(c: dict) -> list[str]:
-    """Both runners take ``--device``, always given: train llm's default is cuda where there is one, so a
-    CPU comparison on a GPU machine would otherwise train ES on the GPU and GRPO on the CPU."""
-    return ["--device", c.get("device", "cpu")]
 
 
-def concurrently(calls: list[Callable[[], dict]]) -> list[dict]:
-    """Start every zero-argument call at once and return their results in order: a thread each, since
-    every call only waits on its own subprocess (``--side-by-side``)."""
-    if not calls:
-        return []
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return [f.result() for f in [pool.submit(call) for call in calls]]
 
 
-def check_side_by_side(methods, threads: int, cpus: int | None = None, device: str = "cpu") -> None:
-    """``--side-by-side`` needs both methods, and a core for each run's threads (else they would share
-    cores, and a timing then says more about the scheduler than about the method), and the CPU: on
-    one GPU the two runs would share it."""
-    if device != "cpu":
-        raise BenchSetupError(f"--side-by-side runs one method per CPU core; on --device {device} both runs "
-                              "would share the one GPU: leave it out (runs then go one at a time)")
-    cpus = cpus or os.cpu_count() or 1
-    if len(methods) < 2:
-        raise BenchSetupError(f"--side-by-side runs the methods at the same time: it needs two, got {list(methods)}")
-    if len(methods) * threads > cpus:
-        raise BenchSetupError(f"--side-by-side needs {len(methods)} runs x {threads} threads = "
-                              f"{len(methods) * threads} CPUs, this machine has {cpus}")
 
 
-def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
-           validate: bool = False) -> dict:
-    """One ES run; ``validate``: also score the exported model on the validation problems (tuning)."""
-    from ..engine.metrics import JSONL_FILE, read_rows
-    with tempfile.TemporaryDirectory(prefix="hs_bench_llm_") as tmp:
-        argv = es_invocation(model, seed, budget, Path(tmp) / "run", c, tuned)
-        rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
-        summary = _last_json(out)
-        try:
-            rows = read_rows(Path(tmp) / "run" / JSONL_FILE)
-        except Exception:  # noqa: BLE001 - a failed run may leave no or a torn file; reported as failed
-            rows = []
-        ok = rc == 0 and summary is not None and bool(rows)
-        if ok:  # scored here, outside the clock, as GRPO's: the run's own last evaluation may meet the deadline
-            after = before_accuracy(summary["paths"]["export"], c)
-            val = llm_tuning.validation_accuracy(summary["paths"]["export"], c) if validate else None
-    if not ok:
-        return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
-    tuned = tuned or {}
-    population, prompts = int(tuned.get("population", c["population"])), int(tuned.get("prompts", c["prompts"]))
-    steps, train_s = int(rows[-1]["step"]), float(rows[-1]["time"])
-    generations = steps * population * prompts
-    rec = {"method": "es", "seed": seed, "status": "ok", "after": after, "steps": steps,
-           "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
-           "generations_per_s": generations / train_s if train_s > 0 else None,
-           "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[3:],
-           "settings": {**tuned, "population": population, "prompts": prompts,
-                        "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
-                        "budget_s": budget, "threads": threads}}
-    return {**rec, "validation": val} if validate else rec
 
 
-def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
-                    tuned: dict | None = None) -> list[str]:
-    """The GRPO command line (``benchmarks/grpo_run.py``); ``tuned``: learning_rate, generations and
-    optionally prompts (``llm_tuning.GRPO_GRID``)."""
-    tuned = tuned or {}
-    argv = [sys.executable, "-m", "hyperscalees.benchmarks.grpo_run", "--model", model, "--task", c["task"],
-            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
-            "--prompts", str(tuned.get("prompts", c["prompts"])),
-            "--generations", str(tuned.get("generations", c["generations"])),
-            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
-            "--budget", f"{budget:g}", "--threads", str(threads)]
-    argv += ["--learning-rate", f"{tuned['learning_rate']:g}"] if "learning_rate" in tuned else []
-    return argv + _device_flag(c)
 
 
-def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
-             validate: bool = False) -> dict:
-    """One GRPO run; ``validate``: also save the trained model and score it on the validation problems."""
-    with tempfile.TemporaryDirectory(prefix="hs_bench_llm_grpo_") as tmp:
-        argv = grpo_invocation(model, seed, budget, c, threads, tuned)
-        rc, out, err = _call(argv + (["--save", str(Path(tmp) / "model")] if validate else []),
-                             budget + STARTUP_SLACK_S, threads)
-        rec = _last_json(out)
-        ok = rc == 0 and rec is not None
-        val = llm_tuning.validation_accuracy(str(Path(tmp) / "model"), c) if ok and validate else None
-    if not ok:
-        return {"method": "grpo", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
-    rec = {**rec, "status": "ok", "argv": argv[3:]}
-    return {**rec, "validation": val} if validate else rec
 
 
-def split_accuracy(model: str, c: dict, split: str = "test") -> dict:
-    """A model folder's metrics on the first ``c["eval_prompts"]`` problems of ``split``: greedy, on
-    ``c``'s device, the one evaluator of every score here. The splits are the same for every seed
-    (the task is built with seed 0: a seed picks training problems only)."""
-    import torch
-    from .. import llm
-    from ..tasks.llm import LLM_TASKS
-    from ..tasks.llm.evaluate import held_out
-    torch.manual_seed(0)
-    m, tok = llm.load_causal_lm(model, device=c.get("device", "cpu"))
-    task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])
-    return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
-                    c["eval_prompts"], split=split)
 
 
-def before_accuracy(model: str, c: dict) -> dict:
-    """A model folder's held-out (test) metrics: the starting model's, and ES's result's."""
-    return split_accuracy(model, c, "test")
 
 
-def warm_start(folder: Path, minutes: float, c: dict, log=print, size: dict | None = None, batch: int = 16,
-               lr: float = 3e-3, seed: int = 0, options: dict | None = None) -> dict:
-    """Build a small Llama (``llm.warm.char_llama``), train it by backprop on the task's reference
-    solutions (train split) for ``minutes``, save it to ``folder``; returns what it did and its
-    held-out metrics before and after.
-
-    ``options`` override the task's options for the warm start only: ``{"train_size": 64}`` trains
-    on 64 distinct problems, so the problems ES and GRPO then train on are not all memorised (on
-    the whole training split the warm start answers ~97% of them and leaves RL no signal)."""
-    import torch
-    from .. import llm
-    from ..llm.warm import char_llama, supervise
-    from ..tasks.llm import LLM_TASKS
-    from ..tasks.llm.evaluate import held_out
-    size = size or WARM_SIZE
-    task_options = {**c["task_options"], **(options or {})}
-    task = LLM_TASKS[c["task"]](seed=seed, options=task_options)
-    model, tok = char_llama(seed=seed, **size)
-    sampling = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",))
-    before = held_out(task, model, tok, sampling, c["eval_prompts"])
-    pairs = lambda s: [(p.prompt, p.solution) for p in task.problems("train", s * batch, batch)]
-    torch.manual_seed(seed)
-    trained = supervise(model, tok, pairs, 60.0 * minutes, lr=lr, log=log)
-    after = held_out(task, model, tok, sampling, c["eval_prompts"])
-    llm.save_pretrained(model, tok, folder, overwrite=True)
-    return {"folder": str(folder), "size": size, "params": sum(p.numel() for p in model.parameters()),
-            "batch": batch, "lr": lr, "minutes": minutes, "task_options": task_options, **trained,
-            "before": before, "after": after}
 
 
 # -- summaries and the report -------------------------------------------------------------
@@ -424,36 +251,14 @@ def plot_curves(runs: dict[str, list[dict]], path: Path, title: str = "", before
 
 
 def _quick_model(folder: Path) -> str:
-    from .. import llm
-    from ..llm.warm import char_llama
+    from hyperscalees import llm
+    from warm_start import char_llama
     model, tok = char_llama(hidden=32, layers=2, heads=4, seed=0)
     return str(llm.save_pretrained(model, tok, folder, overwrite=True))
 
 
-def _json_object(text, what: str = "options") -> dict:
-    """A dict from JSON text (or a dict), refused with the bad text otherwise."""
-    try:
-        value = json.loads(text) if isinstance(text, str) else text
-    except json.JSONDecodeError as e:
-        raise BenchSetupError(f"{what} must be a JSON object, got {text!r} ({e.msg})") from None
-    if not isinstance(value, dict):
-        raise BenchSetupError(f"{what} must be a JSON object, got {text!r}")
-    return dict(value)
 
 
-def with_task(c: dict, task: str | None, task_options) -> dict:
-    """``c`` with another task (its own default options unless given) or options (JSON text or a
-    dict), checked by building the task."""
-    if task is not None:
-        c = {**c, "task": task, "task_options": {}}
-    if task_options is not None:
-        c = {**c, "task_options": json.loads(task_options) if isinstance(task_options, str) else dict(task_options)}
-    try:
-        from ..tasks.llm import LLM_TASKS
-        LLM_TASKS[c["task"]](seed=0, options=c["task_options"]).problem("test", 0)
-    except (KeyError, ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
-        raise BenchSetupError(f"task {c['task']!r} with options {c['task_options']}: {e}") from None
-    return c
 
 
 def given_settings(text, methods) -> dict:
@@ -473,10 +278,10 @@ def given_settings(text, methods) -> dict:
 def with_eval_prompts(c: dict, count) -> dict:
     """``c`` scoring on the first ``count`` distinct problems of the test (and validation) split,
     refused unless both splits hold that many."""
-    from ..tasks.llm import LLM_TASKS
+    from hyperscalees.tasks.problems import PROBLEM_SETS
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise BenchSetupError(f"--eval-prompts must be a whole number >= 1, got {count!r}")
-    task = LLM_TASKS[c["task"]](seed=0, options=c["task_options"])
+    task = PROBLEM_SETS[c["task"]](seed=0, options=c["task_options"])
     held = min(task.distinct_size("test"), task.distinct_size("validation"))
     if count > held:
         raise BenchSetupError(f"--eval-prompts {count}: task {c['task']!r} holds {held} distinct test (or "
@@ -490,7 +295,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
         side_by_side: bool = False, eval_prompts=None, settings=None) -> Report:
     if device not in ("cpu", "cuda"):
-        raise BenchSetupError(f"bench llm runs on cpu or cuda, got --device {device!r}")
+        raise BenchSetupError(f"llm_vs_grpo runs on cpu or cuda, got --device {device!r}")
     c = {**with_task(configs(quick), task, task_options), "device": device}
     if eval_prompts is not None:
         c = with_eval_prompts(c, eval_prompts)
@@ -520,7 +325,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         warm = None
         if warm_start_minutes:
             folder = Path(runs_dir or tmp) / "warm_start_model"
-            log(f"bench llm: warm start, {warm_start_minutes:g} min of supervised training -> {folder}")
+            log(f"llm_vs_grpo: warm start, {warm_start_minutes:g} min of supervised training -> {folder}")
             warm = warm_start(folder, warm_start_minutes, c, log=log, options=warm_start_options)
             log(f"  warm start: {warm['steps']} steps, held-out accuracy {warm['before']['accuracy']:.3f} -> "
                 f"{warm['after']['accuracy']:.3f}")
@@ -530,10 +335,10 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
                 raise BenchSetupError("give --model DIR (a local model folder) or --warm-start-minutes M")
             model = _quick_model(Path(tmp) / "quick_model")
         before = before_accuracy(model, c)
-        log(f"bench llm: {model}: held-out accuracy before {before['accuracy']:.3f}")
+        log(f"llm_vs_grpo: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
-        tuning = (llm_tuning.run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log,
-                                      side_by_side=side_by_side) if tune else None)
+        tuning = (run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log,
+                           side_by_side=side_by_side) if tune else None)
         chosen = {m: tuning[m]["chosen"] if tuning else (given or {}).get(m) for m in methods}
         runs = {m: [] for m in methods}
 
@@ -568,3 +373,51 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
     return build_report(model, before, runs, budget, threads, c, notes, warm,
                         tuning and {"seeds": list(tuning_seeds), "methods": tuning}, side_by_side, given)
+
+
+def flags(p) -> None:
+    """This study's own flags (each passed to :func:`run` when given)."""
+    p.add_argument("--model", default=None, metavar="DIR", help="the local model folder ES and GRPO fine-tune")
+    p.add_argument("--warm-start-minutes", type=study_cli.positive_float, default=None, metavar="M",
+                   help="build a small Llama, train it by backprop on the task's solutions for M minutes, and "
+                        "fine-tune that (demonstration 1)")
+    p.add_argument("--warm-start-options", default=None, metavar="JSON",
+                   help="task options for the warm start alone, over --task-options, e.g. '{\"train_size\": 64}' "
+                        "(a warm start on 64 problems; ES and GRPO train on them all)")
+    p.add_argument("--task", default=None, metavar="NAME", help=f"the task both methods train on (default {TASK})")
+    p.add_argument("--task-options", default=None, metavar="JSON",
+                   help="the task's options as JSON (default: the demonstration's with its task, else none)")
+    p.add_argument("--seeds", type=study_cli.seed, nargs="+", default=None, metavar="S",
+                   help="seeds to report (default: 100 101 102; with --quick: 100); never a tuning seed")
+    p.add_argument("--budget", type=study_cli.positive_float, default=None, metavar="SECONDS",
+                   help="wall-clock budget of every run, ES and GRPO alike (default 240; --quick 3)")
+    p.add_argument("--tune", action="store_true", default=None,
+                   help="first train each method's grid (the same number of settings for ES and GRPO) on "
+                        "--tuning-seeds and pick its settings by validation accuracy (validation problems: never a "
+                        "training or test one)")
+    p.add_argument("--tuning-seeds", type=study_cli.seed, nargs="+", default=None, metavar="S",
+                   help="with --tune: the seeds settings are tuned on, refused as --seeds (default 0)")
+    p.add_argument("--settings", default=None, metavar="JSON",
+                   help="each method's settings instead of its defaults, no tuning, e.g. '{\"es\": {\"lr\": 1e-4, "
+                        "\"sigma\": 1e-2, \"optimizer\": \"sgd\", \"population\": 512}, \"grpo\": {\"learning_rate\": "
+                        "3e-4, \"prompts\": 16}}' (settings a tuning chose, on fresh seeds)")
+    p.add_argument("--side-by-side", action="store_true", default=None,
+                   help="run each seed's ES and GRPO runs (and each tuning setting pair) at the same time, one per "
+                        "core: both meet the same contention, in half the wall clock; needs 2 x --threads CPUs")
+    p.add_argument("--eval-prompts", type=int, default=None, metavar="N",
+                   help="the held-out problems every score uses (test; validation with --tune; default 128). A "
+                        "score over N problems has a standard error of up to 50/sqrt(N) points (4.4 at 128, 2.2 at 512)")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                   help="draw train reward vs wall clock of every method and seed to this PNG (needs matplotlib)")
+    p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
+                   help="save every run's record (curve, times, status, load) as DIR/METHOD_seedS.json")
+
+
+def main(argv=None) -> int:
+    p = study_cli.parser("llm_vs_grpo.py", __doc__)
+    flags(p)
+    return study_cli.main(p, run, argv, child_threads=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
-"""One GRPO fine-tuning run (TRL's ``GRPOTrainer``) under a wall-clock budget: the baseline of ``bench llm``.
+"""One GRPO fine-tuning run (TRL's ``GRPOTrainer``) under a wall-clock budget: the baseline of ``bench/llm_vs_grpo.py``.
 
-    python -m hyperscalees.benchmarks.grpo_run --model DIR --task arithmetic --task-options JSON \\
+    python bench/grpo_run.py --model DIR --task arithmetic --task-options JSON \\
         --seed S --prompts P --generations G --max-new-tokens T --eval-prompts E --budget SECONDS [--device cuda]
 
 Needs the ``grpo`` extra (``pip install 'hyperscalees[grpo]'``: trl, which brings datasets);
@@ -14,7 +14,7 @@ never a core dependency. Everything matches ``hyperscalees train llm`` where the
 - the reward: the task's own (``task.reward``: 1.0 correct, 0.1 well formed, 0), read on the
   completion cut just after the first ``</answer>`` as ES's generation stops there;
 - at most ``T`` new tokens per answer;
-- the held-out evaluator (``tasks/llm/evaluate.held_out``: greedy, the first E test problems),
+- the held-out evaluator (``tasks/problems/evaluate.held_out``: greedy, the first E test problems),
   before and after training.
 
 GRPO's own settings are TRL's defaults except what the comparison fixes: sampling temperature
@@ -79,7 +79,7 @@ def cut(text: str, stop: str = STOP) -> str:
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(prog="python -m hyperscalees.benchmarks.grpo_run", description=__doc__,
+    p = argparse.ArgumentParser(prog="python bench/grpo_run.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a local model folder (save_pretrained form) or .gguf file")
     p.add_argument("--task", default="arithmetic")
@@ -105,11 +105,11 @@ def run(a) -> dict:
     import trl
     from trl import GRPOConfig, GRPOTrainer
 
-    from .. import llm
-    from ..tasks.llm import LLM_TASKS
-    from ..tasks.llm.evaluate import held_out
+    from hyperscalees import llm
+    from hyperscalees.tasks.problems import PROBLEM_SETS
+    from hyperscalees.tasks.problems.evaluate import held_out
 
-    task = LLM_TASKS[a.task](seed=a.seed, options=json.loads(a.task_options))
+    task = PROBLEM_SETS[a.task](seed=a.seed, options=json.loads(a.task_options))
     model, tok = llm.load_causal_lm(a.model, device=a.device)
     greedy = llm.Sampling(max_new_tokens=a.max_new_tokens, stop=(STOP,))
     before = held_out(task, model, tok, greedy, a.eval_prompts)

@@ -1,24 +1,30 @@
 """Question: is the lr (and ES's σ) that is best at a small width still best at a large one?
 
-Tensor Programs V's Figure 1 for the deep MLP of ``width_models`` (16→n→n→n→n→10, ReLU,
+Tensor Programs V's Figure 1 for the deep MLP of ``hyperscalees.benchmarks.width_models`` (16→n→n→n→n→10, ReLU,
 regression): at each width, train once per value of a log2 grid and keep the final training
 loss; the best value per width is the grid point with the lowest loss. Under muP the best
 value should stay put as width grows (issue 23 asks for a factor 2 or less between 64 and
 1024); under the standard parametrisation it drifts (down, for lr). Three sweeps: Adam's lr,
 ES's lr at σ 0.05, and ES's σ at lr 2^-6 (ES is EGGROLL rank 1, 32 members, driving Adam).
 
-Run: ``hyperscalees bench mup-transfer [--quick] [--json] [--plot FILE] [--seeds S ...]`` (each
-point: the mean final loss over the seeds, default 0). The default
-(widths 64, 256, 1024) takes about 5 minutes a seed on one idle CPU core.
+One of the project's studies (the muP guide's transfer figure), run from a source checkout:
+
+    python bench/mup_transfer.py [--quick] [--json] [--plot FILE] [--seeds S ...]
+
+Each point is the mean final loss over the seeds (default 0). The default (widths 64, 256, 1024)
+takes about 5 minutes a seed on one idle CPU core. ``hyperscalees coord-check`` is the check a
+user runs on their own model; this sweep is the evidence behind it.
 """
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
-from ..engine.plotting import pyplot, save_figure
-from .base import Report, environment
-from .width_models import PARAMETRIZATIONS, evaluate, prepare
+import study_cli
+from hyperscalees.benchmarks.base import Report, environment
+from hyperscalees.benchmarks.width_models import PARAMETRIZATIONS, evaluate, prepare
+from hyperscalees.engine.plotting import pyplot, save_figure
 
 QUESTION = "best lr (and ES sigma) per width, standard vs muP: does it transfer from width 64 to 1024?"
 COLUMNS = ["sweep", "parametrization", "width", "best", "best_loss", "losses"]
@@ -114,3 +120,16 @@ def draw(curves: dict, c: dict, path) -> None:
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=80)
+
+
+def main(argv=None) -> int:
+    p = study_cli.parser("mup_transfer.py", __doc__)
+    p.add_argument("--seeds", type=study_cli.seed, nargs="+", default=None, metavar="S",
+                   help="seeds each grid point's loss is averaged over (default: 0)")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                   help="draw loss vs lr/sigma per width to this PNG (needs matplotlib)")
+    return study_cli.main(p, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

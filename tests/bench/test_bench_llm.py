@@ -1,4 +1,4 @@
-"""bench llm: the GRPO runner's record, the warm start, the CLI flags, and ``bench llm --quick`` end to end."""
+"""bench/llm_vs_grpo.py: the GRPO runner's record, the warm start, the CLI flags, and ``--quick`` end to end."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,9 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-from hyperscalees.benchmarks import grpo_run  # noqa: E402
+import grpo_run  # noqa: E402
+import llm_runs  # noqa: E402
+import llm_vs_grpo as bench_llm  # noqa: E402
 from hyperscalees.cli.main import main  # noqa: E402
 
 # trl/transformers/datasets warnings that say nothing about this code (the suite runs with filterwarnings=error)
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     from hyperscalees import llm
-    from hyperscalees.llm.warm import char_llama
+    from warm_start import char_llama
     model, tok = char_llama(hidden=32, layers=2, heads=4, seed=0)
     return str(llm.save_pretrained(model, tok, tmp_path_factory.mktemp("m") / "tiny"))
 
@@ -77,7 +79,7 @@ for _m in TRL_WARNINGS:
 
 def test_the_warm_start_trains_saves_and_loads_in_plain_transformers(tmp_path):
     from transformers import AutoModelForCausalLM
-    from hyperscalees.benchmarks import llm as bench_llm
+    import llm_vs_grpo as bench_llm
     c = dict(bench_llm.configs(quick=True), eval_prompts=2, max_new_tokens=4)
     info = bench_llm.warm_start(tmp_path / "warm", 3 / 60, c, log=lambda *_: None,
                                 size={"hidden": 32, "layers": 1, "heads": 2}, batch=4, lr=3e-3)
@@ -87,7 +89,7 @@ def test_the_warm_start_trains_saves_and_loads_in_plain_transformers(tmp_path):
 
 
 def test_supervise_lowers_the_loss_on_the_completion():
-    from hyperscalees.llm.warm import _batch, char_llama, supervise
+    from warm_start import _batch, char_llama, supervise
     model, tok = char_llama(hidden=32, layers=1, heads=2, seed=0)
     pairs = [("2+3=", "5"), ("4+4=", "8")]
     ids, mask, lab = _batch(tok, pairs, "cpu")
@@ -100,17 +102,19 @@ def test_supervise_lowers_the_loss_on_the_completion():
     assert loss() < before
 
 
-def test_llm_only_flags_are_refused_elsewhere(capsys):
-    assert main(["bench", "throughput", "--model", "x"]) == 2
-    assert "--model applies to llm | llm-signal only" in capsys.readouterr().err
-    assert main(["bench", "int8", "--warm-start-minutes", "1"]) == 2
-    assert "--warm-start-minutes applies to llm only" in capsys.readouterr().err  # the flag as typed
+@pytest.mark.parametrize("argv", [["bench", "throughput", "--runs-dir", "x"], ["bench", "int8", "--warm-start-minutes", "1"],
+                                  ["bench", "throughput", "--eval-prompts", "512"]])
+def test_the_studys_flags_are_not_the_installed_benchmarks(argv, capsys):
+    """The study's flags left hyperscalees bench with it: there they are unknown flags."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and f"unrecognized arguments {argv[2]}" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_bench_llm_quick_runs_both_methods_end_to_end(tmp_path, capsys):
     pytest.importorskip("trl")
-    assert main(["bench", "llm", "--quick", "--json", "--runs-dir", str(tmp_path / "runs"),
+    assert bench_llm.main(["--quick", "--json", "--runs-dir", str(tmp_path / "runs"),
                  "--plot", str(tmp_path / "curve.png")]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rep["bench"] == "llm" and set(rep["acc_after_median"]) == {"es", "grpo"}
@@ -123,8 +127,8 @@ def test_bench_llm_quick_runs_both_methods_end_to_end(tmp_path, capsys):
 
 def test_warm_start_options_change_the_warm_starts_problems_only(tmp_path, monkeypatch):
     """``{"train_size": 3}``: the warm start sees 3 distinct problems (ES and GRPO keep the task's own)."""
-    from hyperscalees.benchmarks import llm as bench_llm
-    from hyperscalees.llm import warm
+    import llm_vs_grpo as bench_llm
+    import warm_start as warm
     seen = []
 
     def fake_supervise(model, tok, pairs, seconds, lr, log):
@@ -147,7 +151,7 @@ def test_warm_start_options_change_the_warm_starts_problems_only(tmp_path, monke
     (dict(warm_start_minutes=1.0, warm_start_options='{"train_size": 0}'), "train_size"),
 ])
 def test_bad_warm_start_options_are_refused_before_anything_runs(kwargs, message):
-    from hyperscalees.benchmarks import llm as bench_llm
+    import llm_vs_grpo as bench_llm
     from hyperscalees.benchmarks.base import BenchSetupError
     with pytest.raises(BenchSetupError, match=message):
         bench_llm.run(methods=("es",), log=lambda *_: None, **kwargs)
@@ -156,7 +160,7 @@ def test_bad_warm_start_options_are_refused_before_anything_runs(kwargs, message
 @pytest.mark.parametrize("count, message", [(0, "whole number >= 1, got 0"), (2.5, "got 2.5"),
                                             (10**6, r"holds 941 distinct test \(or validation\) problems")])
 def test_bad_eval_prompts_are_refused_naming_the_value(count, message):
-    from hyperscalees.benchmarks import llm as bench_llm
+    import llm_vs_grpo as bench_llm
     from hyperscalees.benchmarks.base import BenchSetupError
     with pytest.raises(BenchSetupError, match=message):
         bench_llm.run(methods=("es",), log=lambda *_: None, eval_prompts=count)
@@ -164,25 +168,21 @@ def test_bad_eval_prompts_are_refused_naming_the_value(count, message):
 
 def test_eval_prompts_reach_both_runners_and_the_scorers(tmp_path):
     """One count for every score: ES's and GRPO's own evaluations, and the test/validation scoring."""
-    from hyperscalees.benchmarks import grpo_run, llm as bench_llm
+    import grpo_run
+    import llm_vs_grpo as bench_llm
     from hyperscalees.cli.main import build_parser, parse
     c = bench_llm.with_eval_prompts(bench_llm.configs(quick=False), 512)
     assert c["eval_prompts"] == 512 and bench_llm.configs(quick=False)["eval_prompts"] == 128
-    es = bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", c)
-    parsed = vars(parse(build_parser(), es[3:]))
+    es = llm_runs.es_invocation("m", 5, 60.0, tmp_path / "run", c)
+    parsed = vars(parse(build_parser(), es[2:]))
     assert parsed["options.eval_prompts"] == 512
     # the benchmark scores the start itself, outside the clock: ES's budget buys training only
     assert parsed["engine.eval_at_start"] is False
-    assert grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, c, 1)[3:]).eval_prompts == 512
-
-
-def test_eval_prompts_is_an_llm_flag(capsys):
-    assert main(["bench", "throughput", "--eval-prompts", "512"]) == 2
-    assert "--eval-prompts applies to llm only" in capsys.readouterr().err
+    assert grpo_run.parse(llm_runs.grpo_invocation("m", 5, 60.0, c, 1)[2:]).eval_prompts == 512
 
 
 def test_running_mean_averages_the_last_window_values():
-    from hyperscalees.benchmarks.llm import running_mean
+    from llm_vs_grpo import running_mean
     assert running_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert running_mean([2.0, 4.0], 10) == [2.0, 3.0]  # fewer values than the window: the mean so far
     assert running_mean([], 3) == []
@@ -192,7 +192,7 @@ def test_running_mean_averages_the_last_window_values():
 
 def test_plot_draws_curves_and_held_out_accuracy(tmp_path):
     pytest.importorskip("matplotlib")
-    from hyperscalees.benchmarks.llm import plot_curves
+    from llm_vs_grpo import plot_curves
     runs = {m: [{"curve": [[t, (t % 3) / 2] for t in range(1, 40)], "after": {"accuracy": a}}, {"curve": [],
                  "after": None}] for m, a in (("es", 0.3), ("grpo", 0.4))}  # a failed run has neither
     note = plot_curves(runs, tmp_path / "p.png", "t", before=0.35)

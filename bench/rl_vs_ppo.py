@@ -11,7 +11,7 @@ by side; the order rotates with the seed), each under the same wall-clock budget
 - ``openes``: the same command with ``--strategy open_es`` (full-rank noise, same population,
   same settings, same evaluator).
 - ``ppo``: stable-baselines3 with the rl-baselines3-zoo tuned hyperparameters (not re-tuned
-  here: PPO gets the zoo's tuning budget), run by ``bench/ppo_anchor.py`` (source checkout)
+  here: PPO gets the zoo's tuning budget), run by ``bench/ppo_anchor.py`` (beside this file)
   inside a throw-away venv built once under ``~/.cache/hyperscalees/bench-venvs/ppo``. PPO is
   never a dependency of hyperscalees; ``--methods es openes`` runs without it.
 
@@ -29,9 +29,11 @@ steps/s, and every curve. ``--runs-dir`` saves every run's record as its own JSO
 ``--plot FILE`` draws eval return against wall clock, every seed of every method. PPO's clock
 starts at ``learn()`` (after building the model, about 1 s); ES's at the start of the engine run.
 
-    hyperscalees bench rl [--quick] [--json] [--seeds 100 ... 109] [--tuning-seeds 0 1 2 3 4]
-                          [--methods es openes ppo] [--envs CartPole-v1 Pendulum-v1]
-                          [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
+One of the project's studies (the RL guide's comparison), run from a source checkout:
+
+    python bench/rl_vs_ppo.py [--quick] [--json] [--seeds 100 ... 109] [--tuning-seeds 0 1 2 3 4]
+                              [--methods es openes ppo] [--envs CartPole-v1 Pendulum-v1]
+                              [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
 """
 from __future__ import annotations
 
@@ -47,11 +49,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..engine.files import BadFileError
-from ..engine.metrics import JSONL_FILE, read_rows
-from ..engine.plotting import pyplot, save_figure
-from ..noise.native import cache_dir
-from .base import BenchSetupError, Report, environment
+import hyperscalees
+import study_cli
+from hyperscalees.benchmarks.base import BenchSetupError, Report, environment
+from hyperscalees.engine.files import BadFileError
+from hyperscalees.engine.metrics import JSONL_FILE, read_rows
+from hyperscalees.engine.plotting import pyplot, save_figure
+from hyperscalees.noise.native import cache_dir
 
 QUESTION = ("wall clock to an RL target: EGGROLL vs full-rank OpenES vs PPO (stable-baselines3, rl-zoo tuned), "
             "one evaluator, same budget, median over seeds not tuned on")
@@ -120,7 +124,7 @@ def run_es(env_id: str, seed: int, budget: float, threads: int, strategy: str = 
     with tempfile.TemporaryDirectory(prefix="hs_bench_rl_") as tmp:
         out = Path(tmp) / "run"
         argv, extra = es_invocation(env_id, seed, budget, out, threads, strategy)
-        src = str(Path(__file__).resolve().parents[2])  # the hyperscalees this process runs
+        src = str(Path(hyperscalees.__file__).resolve().parents[1])  # the hyperscalees this process runs
         path = os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         env = {**os.environ, "PYTHONPATH": path, **extra}
         with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
@@ -185,7 +189,7 @@ def ensure_ppo_venv(log=print) -> Path:
         return venv_python(path)
     if path.exists():
         shutil.rmtree(path)  # left by an interrupted or failed build, or built for other packages
-    log(f"bench rl: building the PPO venv {path} ({' '.join(PPO_PACKAGES)}); once, a minute or more")
+    log(f"rl_vs_ppo: building the PPO venv {path} ({' '.join(PPO_PACKAGES)}); once, a minute or more")
     for cmd in venv_commands(path):
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
@@ -196,17 +200,18 @@ def ensure_ppo_venv(log=print) -> Path:
             shutil.rmtree(path, ignore_errors=True)
             raise BenchSetupError(
                 f"could not build the PPO venv in {path}: `{' '.join(cmd)}` failed ({tail or f'exit {rc}'}). "
-                "bench rl installs stable-baselines3 from the package index: is this machine offline? pip's own "
+                "the PPO side installs stable-baselines3 from the package index: is this machine offline? pip's own "
                 "settings (PIP_INDEX_URL, PIP_FIND_LINKS) apply; HYPERSCALEES_CACHE moves the venv")
     (path / READY_FILE).write_text(" ".join(PPO_PACKAGES) + "\n")
     return venv_python(path)
 
 
 def anchor_script() -> Path:
-    path = Path(__file__).resolve().parents[3] / "bench" / "ppo_anchor.py"
+    """``bench/ppo_anchor.py``, beside this file: the script the PPO venv runs."""
+    path = Path(__file__).resolve().parent / "ppo_anchor.py"
     if not path.exists():
-        raise BenchSetupError(f"bench rl runs PPO with bench/ppo_anchor.py, which ships with the source checkout "
-                              f"only (not found at {path}); run it from a clone of the repository")
+        raise BenchSetupError(f"the PPO side runs bench/ppo_anchor.py, not found at {path}: run this study from a "
+                              "whole clone of the repository")
     return path
 
 
@@ -214,7 +219,7 @@ def run_ppo(python: Path, script: Path, env_id: str, seed: int, budget: float, t
     """One PPO run of ``ppo_anchor.py`` in the PPO venv, scored by this checkout's evaluator."""
     cmd = [str(python), str(script), "--env", env_id, "--seed", str(seed), "--threshold", repr(THRESHOLDS[env_id]),
            "--max-seconds", f"{budget:g}", "--threads", str(threads), "--eval-every", str(EVAL_EVERY_ENV_STEPS),
-           "--eval-episodes", str(EVAL_EPISODES), "--hs-src", str(Path(__file__).resolve().parents[2])]
+           "--eval-episodes", str(EVAL_EPISODES), "--hs-src", str(Path(hyperscalees.__file__).resolve().parents[1])]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the venv's packages (+ --hs-src)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget + STARTUP_SLACK_S, env=env)
@@ -365,7 +370,7 @@ def plot_curves(results: dict[str, dict], path: Path) -> str:
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, envs=None, budget=None, plot=None,
         threads: int = 1, methods=None, tuning_seeds=None, runs_dir=None) -> Report:
     if device != "cpu":
-        raise BenchSetupError("bench rl measures on the CPU only (all methods run small MLP policies)")
+        raise BenchSetupError("rl_vs_ppo measures on the CPU only (all methods run small MLP policies)")
     c = configs(quick)
     seeds, envs, budget = tuple(seeds or c["seeds"]), tuple(envs or c["envs"]), float(budget or c["budget"])
     methods = tuple(methods or METHODS)
@@ -405,3 +410,26 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, envs=No
     if runs_dir is not None:
         notes.append(f"every run's record: {runs_dir}/ENV_METHOD_seedS.json")
     return build_report(results, budget, threads, notes, tuning)
+
+
+def main(argv=None) -> int:
+    p = study_cli.parser("rl_vs_ppo.py", __doc__)
+    p.add_argument("--seeds", type=study_cli.seed, nargs="+", default=None, metavar="S",
+                   help="seeds to report (default: 100 ... 109; with --quick: 100); never a tuning seed")
+    p.add_argument("--tuning-seeds", type=study_cli.seed, nargs="+", default=None, metavar="S",
+                   help="the seeds the ES settings were tuned on, refused as --seeds (default: 0 1 2 3 4)")
+    p.add_argument("--methods", nargs="+", default=None, choices=METHODS, metavar="M",
+                   help="es (EGGROLL) | openes (full rank) | ppo (needs the PPO venv) (default: all three)")
+    p.add_argument("--envs", nargs="+", default=None, choices=tuple(THRESHOLDS), metavar="ENV",
+                   help=f"{' | '.join(THRESHOLDS)} (default: both; with --quick: CartPole-v1)")
+    p.add_argument("--budget", type=study_cli.positive_float, default=None, metavar="SECONDS",
+                   help="wall-clock budget of every run, ES and PPO alike (default 300; --quick 60)")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                   help="draw eval return vs wall clock of every method and seed to this PNG (needs matplotlib)")
+    p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
+                   help="save every run's record (curve, times, status, load) as DIR/ENV_METHOD_seedS.json")
+    return study_cli.main(p, run, argv, child_threads=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

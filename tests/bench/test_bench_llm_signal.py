@@ -1,4 +1,4 @@
-"""bench llm-signal: the gradient noise scale from independent estimates, and the two methods' directions."""
+"""bench/llm_signal.py: the gradient noise scale from independent estimates, and the two methods' directions."""
 import json
 import math
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hyperscalees.benchmarks import llm_signal as sig
+import llm_signal as sig
 
 MODEL = Path(__file__).resolve().parents[2] / "bench" / "models" / "countdown_char_llama"
 COUNTDOWN3 = {"min_numbers": 3, "max_numbers": 3, "max_value": 9, "min_target": 10, "max_target": 50}
@@ -127,9 +127,9 @@ def test_grpo_direction_matches_a_row_by_row_reference(model):
 def test_es_estimate_is_a_pure_function_of_its_step(model):
     from hyperscalees import llm
     from hyperscalees.nn.module_es import EGGROLL
-    from hyperscalees.tasks.llm import LLM_TASKS
+    from hyperscalees.tasks.problems import PROBLEM_SETS
     lm, tok = model
-    task = LLM_TASKS["countdown"](seed=0, options=COUNTDOWN3)
+    task = PROBLEM_SETS["countdown"](seed=0, options=COUNTDOWN3)
     es = EGGROLL(lm, population=8, sigma=sig.SIGMA, rank=1, lr=1.0, optimizer="sgd", es_map=llm.evolving(lm),
                  group_fitness="per_group")
     names = [n for n in llm.evolving(lm) if n != "*"]
@@ -144,9 +144,8 @@ def test_es_estimate_is_a_pure_function_of_its_step(model):
 
 
 def test_cli_quick_run_reports_both_methods(tmp_path, capsys):
-    from hyperscalees.cli.main import main
     out = tmp_path / "signal.txt"
-    assert main(["bench", "llm-signal", "--quick", "--json", "--model", str(MODEL), "--task", "countdown",
+    assert sig.main(["--quick", "--json", "--model", str(MODEL), "--task", "countdown",
                  "--task-options", json.dumps(COUNTDOWN3), "--out", str(out)]) == 0
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [r["method"] for r in rec["rows"]] == ["es", "grpo"]
@@ -155,10 +154,10 @@ def test_cli_quick_run_reports_both_methods(tmp_path, capsys):
 
 
 def test_cli_refuses_what_llm_signal_does_not_take(capsys):
-    from hyperscalees.cli.main import main
-    assert main(["bench", "llm-signal", "--budget", "10"]) == 2
-    assert "--budget applies to" in capsys.readouterr().err
-    assert main(["bench", "llm-signal"]) == 1
+    with pytest.raises(SystemExit) as e:
+        sig.main(["--budget", "10"])
+    assert e.value.code == 2 and "unrecognized arguments: --budget" in capsys.readouterr().err
+    assert sig.main([]) == 1
     assert "needs --model" in capsys.readouterr().err
 
 

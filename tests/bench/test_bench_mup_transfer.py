@@ -1,17 +1,16 @@
-"""``bench mup-transfer --quick``: every sweep reports a best value per width and the drift between widths."""
+"""``python bench/mup_transfer.py --quick``: every sweep reports a best value per width and the drift between widths."""
 import json
 
 import torch
 
-from hyperscalees.benchmarks import mup_transfer
-from hyperscalees.cli.main import main
+import mup_transfer
 
 torch.set_num_threads(1)
 
 
 def test_quick_reports_a_best_value_per_sweep_width_and_parametrization(capsys, tmp_path):
     png = tmp_path / "transfer.png"
-    assert main(["bench", "mup-transfer", "--quick", "--json", "--plot", str(png)]) == 0
+    assert mup_transfer.main(["--quick", "--json", "--plot", str(png)]) == 0
     d = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     sweeps = [f"{s}_{p}" for s in ("adam_lr", "es_lr", "es_sigma") for p in ("standard", "mup")]
     assert sorted(d["best_ratio_largest_over_smallest"]) == sorted(sweeps)

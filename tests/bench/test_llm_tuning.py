@@ -1,4 +1,4 @@
-"""bench llm --tune: the selection on tuning seeds by validation accuracy, with fake runs (no training)."""
+"""bench/llm_vs_grpo.py --tune: the selection on tuning seeds by validation accuracy, with fake runs (no training)."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from hyperscalees.benchmarks import llm as bench_llm
-from hyperscalees.benchmarks import llm_tuning
+import llm_vs_grpo as bench_llm
+import llm_runs
+import llm_tuning
 from hyperscalees.benchmarks.base import BenchSetupError
-from hyperscalees.cli.main import main
 
 GRIDS = {"es": ({"lr": 1}, {"lr": 2}, {"lr": 3}), "grpo": ({"learning_rate": 1}, {"learning_rate": 2},
                                                            {"learning_rate": 3})}
@@ -50,7 +50,7 @@ def test_both_methods_get_the_same_tuning_budget():
 
 @pytest.fixture
 def fake_runs(monkeypatch):
-    """bench llm with fake ES and GRPO runs: validation accuracy grows with lr (ES) and falls with it (GRPO)."""
+    """llm_vs_grpo with fake ES and GRPO runs: validation accuracy grows with lr (ES) and falls with it (GRPO)."""
     calls = []
 
     def side(method, key):
@@ -72,7 +72,7 @@ def fake_runs(monkeypatch):
 
 
 def test_bench_llm_tune_reports_seeds_with_the_chosen_settings(fake_runs, capsys):
-    assert main(["bench", "llm", "--model", "m", "--tune", "--tuning-seeds", "7", "--seeds", "100", "101",
+    assert bench_llm.main(["--model", "m", "--tune", "--tuning-seeds", "7", "--seeds", "100", "101",
                  "--budget", "5", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     # the fakes score ES by its largest lr, GRPO by its smallest learning rate
@@ -92,7 +92,7 @@ def test_bench_llm_tune_reports_seeds_with_the_chosen_settings(fake_runs, capsys
 
 
 def test_without_tune_nothing_is_tuned_and_tuning_seeds_are_refused_as_reported_seeds(fake_runs, capsys):
-    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "--budget", "5", "--json"]) == 0
+    assert bench_llm.main(["--model", "m", "--seeds", "100", "--budget", "5", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "tuning" not in rep and rep["tuned"].startswith("nothing")
     assert all(t is None and not v for _, _, t, v in fake_runs)
@@ -104,30 +104,29 @@ def test_without_tune_nothing_is_tuned_and_tuning_seeds_are_refused_as_reported_
 
 def test_the_task_and_its_options_are_flags(fake_runs, capsys):
     opts = '{"min_numbers": 2, "max_numbers": 2}'
-    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "--budget", "5", "--json", "--task", "countdown",
+    assert bench_llm.main(["--model", "m", "--seeds", "100", "--budget", "5", "--json", "--task", "countdown",
                  "--task-options", opts]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rep["task"] == "countdown" and rep["task_options"] == json.loads(opts)
-    assert main(["bench", "llm", "--model", "m", "--task", "countdown", "--task-options", '{"max_numbers": 1}']) == 1
+    assert bench_llm.main(["--model", "m", "--task", "countdown", "--task-options", '{"max_numbers": 1}']) == 1
     assert "min_numbers <= max_numbers" in capsys.readouterr().err
-    assert main(["bench", "rl", "--task", "countdown"]) == 2   # llm only
 
 
 @pytest.mark.parametrize("method", ["es", "grpo"])
 def test_every_grid_setting_becomes_a_command_line_its_runner_accepts(method, tmp_path):
     """Each setting reaches its runner: the ES one parsed by train llm's parser, GRPO's by grpo_run's."""
-    from hyperscalees.benchmarks import grpo_run
+    import grpo_run
     from hyperscalees.cli.main import build_parser, parse
     c = bench_llm.configs(quick=False)
     for settings in llm_tuning.GRIDS[method]:
         if method == "es":
-            argv = bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", c, settings)
-            a = vars(parse(build_parser(), argv[3:]))
+            argv = llm_runs.es_invocation("m", 5, 60.0, tmp_path / "run", c, settings)
+            a = vars(parse(build_parser(), argv[2:]))
             got = {k: a[f"es.{k}"] for k in ("lr", "sigma", "population", "optimizer")}
             got["prompts"], got["seed"] = a["options.prompts"], a["es.seed"]
             got["temperature"] = a["options.temperature"]
         else:
-            a = grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, c, 1, settings)[3:])
+            a = grpo_run.parse(llm_runs.grpo_invocation("m", 5, 60.0, c, 1, settings)[2:])
             got = {"learning_rate": a.learning_rate, "generations": a.generations, "prompts": a.prompts,
                    "seed": a.seed}
         assert {k: got[k] for k in settings} == settings
@@ -136,12 +135,12 @@ def test_every_grid_setting_becomes_a_command_line_its_runner_accepts(method, tm
 
 def test_a_settings_optimizer_and_prompts_reach_train_llm_and_what_it_leaves_out_stays_default():
     from hyperscalees.cli.main import build_parser, parse
-    argv = bench_llm.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True),
+    argv = llm_runs.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True),
                                    {"lr": 1e-3, "optimizer": "sgd", "prompts": 16, "temperature": 0.5})
     assert argv[argv.index("--prompts") + 1] == "16" and argv[argv.index("--optimizer") + 1] == "sgd"
-    assert vars(parse(build_parser(), argv[3:]))["options.temperature"] == 0.5  # members sample
+    assert vars(parse(build_parser(), argv[2:]))["options.temperature"] == 0.5  # members sample
     assert "--sigma" not in argv   # what a setting leaves out stays train llm's default
-    plain = bench_llm.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True), {"lr": 1e-3})
+    plain = llm_runs.es_invocation("m", 1, 9.0, "out", bench_llm.configs(quick=True), {"lr": 1e-3})
     assert "--temperature" not in plain  # greedy unless a setting says otherwise
 
 
@@ -163,9 +162,9 @@ def paired_runs(fake_runs, monkeypatch):
 
 
 def test_side_by_side_runs_each_pair_together_and_chooses_and_reports_as_one_at_a_time(paired_runs, capsys):
-    argv = ["bench", "llm", "--model", "m", "--tune", "--tuning-seeds", "7", "--seeds", "100", "101",
+    argv = ["--model", "m", "--tune", "--tuning-seeds", "7", "--seeds", "100", "101",
             "--budget", "5", "--json"]
-    assert main(argv + ["--side-by-side"]) == 0
+    assert bench_llm.main(argv + ["--side-by-side"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rep["side_by_side"] is True
     assert any("side by side (started together, one per core)" in n for n in rep["notes"])
@@ -184,22 +183,20 @@ def test_side_by_side_runs_each_pair_together_and_chooses_and_reports_as_one_at_
 
 def test_side_by_side_needs_both_methods_and_a_core_per_run(fake_runs, monkeypatch, capsys):
     with pytest.raises(BenchSetupError, match=r"needs two, got \['es'\]"):
-        bench_llm.check_side_by_side(("es",), threads=1, cpus=8)
+        llm_runs.check_side_by_side(("es",), threads=1, cpus=8)
     with pytest.raises(BenchSetupError, match="2 runs x 2 threads = 4 CPUs, this machine has 3"):
-        bench_llm.check_side_by_side(("es", "grpo"), threads=2, cpus=3)
-    bench_llm.check_side_by_side(("es", "grpo"), threads=1, cpus=2)
+        llm_runs.check_side_by_side(("es", "grpo"), threads=2, cpus=3)
+    llm_runs.check_side_by_side(("es", "grpo"), threads=1, cpus=2)
     monkeypatch.setattr(bench_llm.os, "cpu_count", lambda: 1)
-    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "--budget", "5", "--side-by-side"]) == 1
+    assert bench_llm.main(["--model", "m", "--seeds", "100", "--budget", "5", "--side-by-side"]) == 1
     assert "this machine has 1" in capsys.readouterr().err
     assert not fake_runs   # refused before any run
-    assert main(["bench", "rl", "--side-by-side"]) == 2
-    assert "--side-by-side applies to llm only" in capsys.readouterr().err
 
 
 def test_given_settings_run_on_the_reported_seeds_untuned(fake_runs, capsys):
     """--settings: settings a tuning chose earlier, on fresh seeds; a method not named runs its defaults."""
     given = {"es": {"lr": 1e-4, "sigma": 1e-2, "optimizer": "sgd", "population": 512}}
-    assert main(["bench", "llm", "--model", "m", "--seeds", "100", "101", "--budget", "5", "--json",
+    assert bench_llm.main(["--model", "m", "--seeds", "100", "101", "--budget", "5", "--json",
                  "--settings", json.dumps(given)]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "tuning" not in rep and rep["tuned"].startswith("nothing here: the settings were given")
@@ -228,10 +225,8 @@ def test_bad_settings_are_refused_naming_the_value_before_any_run(fake_runs, set
 
 
 def test_settings_and_tune_are_one_or_the_other(fake_runs, capsys):
-    assert main(["bench", "llm", "--model", "m", "--tune", "--settings", '{"es": {"lr": 1e-4}}']) == 1
+    assert bench_llm.main(["--model", "m", "--tune", "--settings", '{"es": {"lr": 1e-4}}']) == 1
     assert "use one" in capsys.readouterr().err and not fake_runs
-    assert main(["bench", "rl", "--settings", "{}"]) == 2
-    assert "--settings applies to llm | llm-signal only" in capsys.readouterr().err
 
 
 def test_every_grid_setting_passes_the_settings_check():
@@ -245,17 +240,17 @@ def test_every_grid_setting_passes_the_settings_check():
 def test_the_device_reaches_both_runners_and_every_scorer(monkeypatch, tmp_path):
     """--device cuda: train llm and grpo_run get --device cuda (and --device cpu on the CPU), every
     run and scorer sees the device; runs go one at a time (two would share the one GPU)."""
-    from hyperscalees.benchmarks import grpo_run
+    import grpo_run
     from hyperscalees.cli.main import build_parser, parse
     c = {**bench_llm.configs(quick=False), "device": "cuda"}
-    es = bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", c, llm_tuning.ES_GRID[2])
-    assert vars(parse(build_parser(), es[3:]))["engine.device"] == "cuda"
-    assert grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, c, 1)[3:]).device == "cuda"
+    es = llm_runs.es_invocation("m", 5, 60.0, tmp_path / "run", c, llm_tuning.ES_GRID[2])
+    assert vars(parse(build_parser(), es[2:]))["engine.device"] == "cuda"
+    assert grpo_run.parse(llm_runs.grpo_invocation("m", 5, 60.0, c, 1)[2:]).device == "cuda"
     # on the CPU too: train llm's own default is cuda where there is one
     cpu = bench_llm.configs(quick=False)
-    assert vars(parse(build_parser(), bench_llm.es_invocation("m", 5, 60.0, tmp_path / "run", cpu)[3:]))[
+    assert vars(parse(build_parser(), llm_runs.es_invocation("m", 5, 60.0, tmp_path / "run", cpu)[2:]))[
         "engine.device"] == "cpu"
-    assert grpo_run.parse(bench_llm.grpo_invocation("m", 5, 60.0, cpu, 1)[3:]).device == "cpu"
+    assert grpo_run.parse(llm_runs.grpo_invocation("m", 5, 60.0, cpu, 1)[2:]).device == "cpu"
 
     seen = []
     for name, method in (("run_es", "es"), ("run_grpo", "grpo")):

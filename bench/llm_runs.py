@@ -1,0 +1,255 @@
+"""One ES run and one GRPO run of the LLM studies, their scoring, and the tuning over them.
+
+``bench/llm_vs_grpo.py`` compares the two; ``bench/llm_signal.py`` reads the task settings the
+same way. Each run is a child process with its own thread count and a wall-clock budget:
+
+- ``es``: ``python bench/es_run.py train llm ...`` (``hyperscalees train llm`` with transformers,
+  the model's class and CUDA started before the engine's clock, as GRPO's clock starts after its
+  own imports and model loading);
+- ``grpo``: ``python bench/grpo_run.py ...`` (TRL's ``GRPOTrainer``; the ``grpo`` extra).
+
+Both are scored here, after the run and outside its clock, by the one evaluator
+(``tasks/problems/evaluate.py``). :func:`run_grid` runs every setting of each method's grid
+(``llm_tuning``) on the tuning seeds and lets :func:`llm_tuning.tune` choose.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import hyperscalees
+from hyperscalees.benchmarks.base import BenchSetupError
+from llm_tuning import GRIDS, tune
+
+HERE = Path(__file__).resolve().parent  # bench/: the runners' scripts
+
+ES_MAX_STEPS = 1_000_000  # ES stops on its budget, never on a step count
+STARTUP_SLACK_S = 600  # past the budget before a run is killed: imports, model, evaluations, export
+
+
+def _env(threads: int) -> dict:
+    src = str(Path(hyperscalees.__file__).resolve().parents[1])  # the hyperscalees this process runs
+    path = os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _last_json(text: str) -> dict | None:
+    for line in reversed((text or "").strip().splitlines()):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
+
+
+def _failure(rc, text: str) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return f"failed (exit {rc}): {lines[-1][-300:] if lines else 'no output'}"
+
+
+def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, str, str]:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(threads))
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return None, "", f"killed after {timeout:g} s"
+
+
+def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, tuned: dict | None = None) -> list[str]:
+    """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population and
+    optionally optimizer, prompts and temperature (``llm_tuning.ES_GRID``); population and prompts
+    default to the benchmark's, lr, sigma, optimizer and temperature (greedy) to train llm's."""
+    tuned = tuned or {}
+    argv = [sys.executable, str(HERE / "es_run.py"), "train", "llm", "--model", model, "--task", c["task"],
+            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
+            "--prompts", str(tuned.get("prompts", c["prompts"])),
+            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
+            "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
+            "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--no-eval-at-start",
+            "--json", "--out", str(out_dir)]
+    argv += [a for k in ("lr", "sigma", "temperature") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
+    argv += ["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else []
+    return argv + _device_flag(c)
+
+
+def _device_flag(c: dict) -> list[str]:
+    """Both runners take ``--device``, always given: train llm's default is cuda where there is one, so a
+    CPU comparison on a GPU machine would otherwise train ES on the GPU and GRPO on the CPU."""
+    return ["--device", c.get("device", "cpu")]
+
+
+def concurrently(calls: list[Callable[[], dict]]) -> list[dict]:
+    """Start every zero-argument call at once and return their results in order: a thread each, since
+    every call only waits on its own subprocess (``--side-by-side``)."""
+    if not calls:
+        return []
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return [f.result() for f in [pool.submit(call) for call in calls]]
+
+
+def check_side_by_side(methods, threads: int, cpus: int | None = None, device: str = "cpu") -> None:
+    """``--side-by-side`` needs both methods, and a core for each run's threads (else they would share
+    cores, and a timing then says more about the scheduler than about the method), and the CPU: on
+    one GPU the two runs would share it."""
+    if device != "cpu":
+        raise BenchSetupError(f"--side-by-side runs one method per CPU core; on --device {device} both runs "
+                              "would share the one GPU: leave it out (runs then go one at a time)")
+    cpus = cpus or os.cpu_count() or 1
+    if len(methods) < 2:
+        raise BenchSetupError(f"--side-by-side runs the methods at the same time: it needs two, got {list(methods)}")
+    if len(methods) * threads > cpus:
+        raise BenchSetupError(f"--side-by-side needs {len(methods)} runs x {threads} threads = "
+                              f"{len(methods) * threads} CPUs, this machine has {cpus}")
+
+
+def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
+           validate: bool = False) -> dict:
+    """One ES run; ``validate``: also score the exported model on the validation problems (tuning)."""
+    from hyperscalees.engine.metrics import JSONL_FILE, read_rows
+    with tempfile.TemporaryDirectory(prefix="hs_bench_llm_") as tmp:
+        argv = es_invocation(model, seed, budget, Path(tmp) / "run", c, tuned)
+        rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
+        summary = _last_json(out)
+        try:
+            rows = read_rows(Path(tmp) / "run" / JSONL_FILE)
+        except Exception:  # noqa: BLE001 - a failed run may leave no or a torn file; reported as failed
+            rows = []
+        ok = rc == 0 and summary is not None and bool(rows)
+        if ok:  # scored here, outside the clock, as GRPO's: the run's own last evaluation may meet the deadline
+            after = before_accuracy(summary["paths"]["export"], c)
+            val = validation_accuracy(summary["paths"]["export"], c) if validate else None
+    if not ok:
+        return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
+    tuned = tuned or {}
+    population, prompts = int(tuned.get("population", c["population"])), int(tuned.get("prompts", c["prompts"]))
+    steps, train_s = int(rows[-1]["step"]), float(rows[-1]["time"])
+    generations = steps * population * prompts
+    rec = {"method": "es", "seed": seed, "status": "ok", "after": after, "steps": steps,
+           "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
+           "generations_per_s": generations / train_s if train_s > 0 else None,
+           "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[2:],
+           "settings": {**tuned, "population": population, "prompts": prompts,
+                        "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
+                        "budget_s": budget, "threads": threads}}
+    return {**rec, "validation": val} if validate else rec
+
+
+def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
+                    tuned: dict | None = None) -> list[str]:
+    """The GRPO command line (``bench/grpo_run.py``); ``tuned``: learning_rate, generations and
+    optionally prompts (``llm_tuning.GRPO_GRID``)."""
+    tuned = tuned or {}
+    argv = [sys.executable, str(HERE / "grpo_run.py"), "--model", model, "--task", c["task"],
+            "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
+            "--prompts", str(tuned.get("prompts", c["prompts"])),
+            "--generations", str(tuned.get("generations", c["generations"])),
+            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
+            "--budget", f"{budget:g}", "--threads", str(threads)]
+    argv += ["--learning-rate", f"{tuned['learning_rate']:g}"] if "learning_rate" in tuned else []
+    return argv + _device_flag(c)
+
+
+def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
+             validate: bool = False) -> dict:
+    """One GRPO run; ``validate``: also save the trained model and score it on the validation problems."""
+    with tempfile.TemporaryDirectory(prefix="hs_bench_llm_grpo_") as tmp:
+        argv = grpo_invocation(model, seed, budget, c, threads, tuned)
+        rc, out, err = _call(argv + (["--save", str(Path(tmp) / "model")] if validate else []),
+                             budget + STARTUP_SLACK_S, threads)
+        rec = _last_json(out)
+        ok = rc == 0 and rec is not None
+        val = validation_accuracy(str(Path(tmp) / "model"), c) if ok and validate else None
+    if not ok:
+        return {"method": "grpo", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
+    rec = {**rec, "status": "ok", "argv": argv[2:]}
+    return {**rec, "validation": val} if validate else rec
+
+
+def split_accuracy(model: str, c: dict, split: str = "test") -> dict:
+    """A model folder's metrics on the first ``c["eval_prompts"]`` problems of ``split``: greedy, on
+    ``c``'s device, the one evaluator of every score here. The splits are the same for every seed
+    (the task is built with seed 0: a seed picks training problems only)."""
+    import torch
+    from hyperscalees import llm
+    from hyperscalees.tasks.problems import PROBLEM_SETS
+    from hyperscalees.tasks.problems.evaluate import held_out
+    torch.manual_seed(0)
+    m, tok = llm.load_causal_lm(model, device=c.get("device", "cpu"))
+    task = PROBLEM_SETS[c["task"]](seed=0, options=c["task_options"])
+    return held_out(task, m, tok, llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=("</answer>",)),
+                    c["eval_prompts"], split=split)
+
+
+def before_accuracy(model: str, c: dict) -> dict:
+    """A model folder's held-out (test) metrics: the starting model's, and ES's result's."""
+    return split_accuracy(model, c, "test")
+
+
+def _json_object(text, what: str = "options") -> dict:
+    """A dict from JSON text (or a dict), refused with the bad text otherwise."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else text
+    except json.JSONDecodeError as e:
+        raise BenchSetupError(f"{what} must be a JSON object, got {text!r} ({e.msg})") from None
+    if not isinstance(value, dict):
+        raise BenchSetupError(f"{what} must be a JSON object, got {text!r}")
+    return dict(value)
+
+
+def with_task(c: dict, task: str | None, task_options) -> dict:
+    """``c`` with another task (its own default options unless given) or options (JSON text or a
+    dict), checked by building the task."""
+    if task is not None:
+        c = {**c, "task": task, "task_options": {}}
+    if task_options is not None:
+        c = {**c, "task_options": json.loads(task_options) if isinstance(task_options, str) else dict(task_options)}
+    try:
+        from hyperscalees.tasks.problems import PROBLEM_SETS
+        PROBLEM_SETS[c["task"]](seed=0, options=c["task_options"]).problem("test", 0)
+    except (KeyError, ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
+        raise BenchSetupError(f"task {c['task']!r} with options {c['task_options']}: {e}") from None
+    return c
+
+
+
+def validation_accuracy(model: str, c: dict) -> dict:
+    """A model folder's metrics on the first E distinct problems of the task's validation split (never a
+    training or test problem): what ``--tune`` chooses by."""
+    return split_accuracy(model, c, "validation")
+
+
+def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,
+             log, side_by_side: bool = False) -> dict:
+    """:func:`tune` over real runs (``sides[method]``: :func:`run_es` / :func:`run_grpo`): every setting
+    trained on every tuning seed, scored by :func:`validation_accuracy`; ``quick``: two settings each.
+    ``side_by_side``: each method's i-th setting runs beside the others' i-th on the same seed, started
+    together (:func:`concurrently`), before :func:`tune` reads the scores."""
+    grids = {m: GRIDS[m][:2] if quick else GRIDS[m] for m in methods}
+    log(f"llm_vs_grpo: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
+        f"{len(seeds)} seeds x {budget:g} s" + (", side by side" if side_by_side else ""))
+
+    def validated(m, seed, settings):
+        rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
+        return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
+
+    train = validated
+    if side_by_side:  # every cell run first, pairs together; tune() then reads the scores
+        scores = {}  # (method, seed, setting index) -> validation accuracy
+        for i in range(max(map(len, grids.values()))):
+            for seed in seeds:
+                cell = [m for m in methods if i < len(grids[m])]
+                done = concurrently([lambda m=m: validated(m, seed, dict(grids[m][i])) for m in cell])
+                scores.update({(m, seed, i): score for m, score in zip(cell, done)})
+        # tune() passes a copy of the grid's entry: its index finds the cell
+        train = lambda m, seed, settings: scores[(m, seed, grids[m].index(settings))]  # noqa: E731
+    tuning = tune(grids, seeds, train, log=log)
+    log(f"llm_vs_grpo: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
+    return tuning
