@@ -74,11 +74,13 @@ def warm(name: str, options: dict, device: str) -> None:
 
 
 def train(name: str, method: str, es: dict, steps: int, eval_every: int, device: str = "cpu",
-          options: dict | None = None, time_budget: float | None = None, keep: Path | None = None) -> dict:
+          options: dict | None = None, time_budget: float | None = None, keep: Path | None = None,
+          chunk: int | None = None) -> dict:
     """Train one run; return its curve [(step, seconds, metric)], final metrics, steps and s/step.
 
     ``es``: ESConfig fields over the task's defaults (population, rank, seed, antithetic ...).
     ``keep``: a run directory to keep (default: a temporary one, removed after reading it).
+    ``chunk``: members per forward (None: all at once), so a large population fits in memory.
     """
     spec = TASKS[name]
     opts = options_for(name, options)
@@ -86,7 +88,8 @@ def train(name: str, method: str, es: dict, steps: int, eval_every: int, device:
     with tempfile.TemporaryDirectory(prefix="hs-claims-") as tmp:
         out = Path(keep) if keep is not None else Path(tmp) / "run"
         engine = {"steps": steps, "eval_every": eval_every, "out": str(out), "json": True, "device": device,
-                  "checkpoint_minutes": 0, "time_budget": time_budget, "overwrite": keep is not None}
+                  "checkpoint_minutes": 0, "time_budget": time_budget, "overwrite": keep is not None,
+                  "chunk": chunk}
         cfg = make_config(spec["task"], strategy=STRATEGY_NAMES[method], es=es, engine=engine, options=opts)
         summary = run_engine(cfg)
         rows = read_rows(out / "metrics.jsonl")

@@ -39,20 +39,21 @@ from pathlib import Path
 from typing import Callable
 
 BENCHMARKS = ("throughput", "population", "calls", "gpu", "rl", "distributed", "int8", "llm-generate", "llm",
-              "llm-signal", "mup-transfer")
+              "llm-signal", "mup-transfer", "rank", "population-loss")
 # CLI names that are not the module's name under hyperscalees.benchmarks (a module name has no hyphen).
-MODULES = {"llm-generate": "llm_generate", "llm-signal": "llm_signal", "mup-transfer": "mup_transfer"}
+MODULES = {"llm-generate": "llm_generate", "llm-signal": "llm_signal", "mup-transfer": "mup_transfer",
+           "population-loss": "population_loss"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
-OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm", "mup-transfer"}),
-             "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm"}),
-             "plot": frozenset({"rl", "llm", "llm-signal", "mup-transfer"}),
-             "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm"}),
+OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "seeds": frozenset({"rl", "llm", "mup-transfer", "rank", "population-loss"}),
+             "envs": frozenset({"rl"}), "budget": frozenset({"rl", "llm", "population-loss"}),
+             "plot": frozenset({"rl", "llm", "llm-signal", "mup-transfer", "rank", "population-loss"}),
+             "methods": frozenset({"rl"}), "tuning_seeds": frozenset({"rl", "llm"}), "runs_dir": frozenset({"rl", "llm", "rank", "population-loss"}),
              "model": frozenset({"llm", "llm-signal"}), "warm_start_minutes": frozenset({"llm"}),
              "tune": frozenset({"llm"}), "task": frozenset({"llm", "llm-signal"}),
              "task_options": frozenset({"llm", "llm-signal"}), "warm_start_options": frozenset({"llm"}),
-             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"}), "settings": frozenset({"llm", "llm-signal"}),
+             "side_by_side": frozenset({"llm"}), "eval_prompts": frozenset({"llm"}), "settings": frozenset({"llm", "llm-signal", "rank", "population-loss"}),
              "models": frozenset({"llm-generate"})}
 # Benchmarks that measure in child processes: --threads goes to their runs (default 1), not to this process.
 CHILD_THREADS = frozenset({"rl", "llm"})
