@@ -54,7 +54,7 @@ def configs(quick: bool) -> dict:
                     options={"egg": {"max_bytes": 1 << 16, "eval_tokens": 512}},
                     cos_populations=[8, 32, 128], cos_reference=2048, cos_seeds=3, cos_hidden=16, cos_batch=32,
                     cos_sigma=0.01, cos_shaping="z_score", chunk=256)
-    # about 40 CPU-minutes for digits, 100 for the egg, 30 for CartPole at 3 seeds (docs/guide/claims.md)
+    # at 3 seeds about 30 CPU-minutes for digits, 45 for the egg, 10 for CartPole, 5 for the cosines (docs/guide/claims.md)
     return dict(tasks=["digits", "egg", "cartpole"], ranks=[1, 2, 4, 8, 16], antithetic=[True, False],
                 population={"digits": 1024, "egg": 256, "cartpole": 64},
                 steps={"digits": 300, "egg": 150, "cartpole": 100}, eval_every={"digits": 10, "egg": 25, "cartpole": 10},
