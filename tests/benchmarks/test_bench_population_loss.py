@@ -1,0 +1,76 @@
+"""``bench population-loss`` (issue 42): the quick run's shape from the CLI, where a series stops, the verdict."""
+import json
+import math
+
+import pytest
+import torch
+
+from hyperscalees.benchmarks import population_loss as pl
+from hyperscalees.benchmarks.base import BenchSetupError
+from hyperscalees.cli.main import main
+
+torch.set_num_threads(1)
+quiet = lambda *_: None
+
+
+def test_quick_from_the_cli_reports_every_point_with_three_seeds(capsys, tmp_path):
+    png, out = tmp_path / "pl.png", tmp_path / "res" / "pl.txt"
+    assert main(["bench", "population-loss", "--quick", "--json", "--plot", str(png), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    d = json.loads(lines[-1])
+    c = pl.configs(True)
+    keys = {(t, m, n) for t in c["tasks"] for m in c["modes"] for n in ("antithetic", "independent")}
+    assert {(r["task"], r["mode"], r["noise"], r["population"]) for r in d["rows"]} == {
+        (*k, 2 ** e) for k in keys for e in c["exponents"]}
+    assert all(r["seeds"] == 3 and r["heldout_loss"] > 0 and r["steps"] >= 1 for r in d["rows"])
+    steps = [r for r in d["rows"] if r["mode"] == "steps"]
+    assert all(r["steps"] == c["steps"][r["task"]] for r in steps)
+    assert set(d["verdict"]) == set(d["stopped"]) == {"|".join(k) for k in keys}
+    assert all(v["largest_population"] == 2 ** max(c["exponents"]) for v in d["verdict"].values())
+    assert d["loss"] == {"egg": "test_bpb", "digits": "loss"} and d["claim"] == pl.CLAIM
+    assert all(len(v) == 3 for losses in d["losses"].values() for v in losses.values())
+    assert png.stat().st_size > 1000 and out.read_text().strip().splitlines()[-1] == lines[-1]
+
+
+def test_a_series_stops_where_the_next_point_would_not_fit_its_time():
+    rep = pl.run(quick=True, log=quiet, seeds=[0], settings={"tasks": ["digits"], "modes": ["steps"],
+                                                             "antithetic": [False], "point_budget": 1e-6,
+                                                             "exponents": [3, 4, 5]})
+    d = rep.to_dict()
+    assert [r["population"] for r in d["rows"]] == [8]
+    stop = d["stopped"]["digits|steps|independent"]
+    assert stop["before"] == 16 and "would take over" in stop["why"]
+
+
+def test_too_long_in_wall_mode_counts_the_steps_that_fit():
+    c = pl.configs(True)
+    assert pl.too_long("wall", None, c, "digits", [0]) is None                       # nothing measured yet
+    assert pl.too_long("wall", {"s_per_step": 0.001}, c, "digits", [0, 1, 2]) is None
+    assert "fewer than" in pl.too_long("wall", {"s_per_step": 1.0}, c, "digits", [0])
+
+
+def test_verdict_reads_a_falling_and_a_rising_loss():
+    fall = pl.verdict({n: {"loss": 2.0 - 0.1 * i} for i, n in enumerate((64, 128, 256, 512))})
+    assert fall["falls_fraction"] == 1.0 and fall["slope_per_doubling"] == pytest.approx(-0.1)
+    assert fall["best_population"] == 512 and fall["largest_population"] == 512
+    rise = pl.verdict({64: {"loss": 1.0}, 128: {"loss": 0.9}, 256: {"loss": 1.2}})
+    assert rise["falls_fraction"] == 0.5 and rise["slope_per_doubling"] > 0 and rise["best_population"] == 128
+    assert math.isnan(pl.verdict({64: {"loss": 1.0}})["slope_per_doubling"])
+
+
+@pytest.mark.parametrize("settings,match", [({"modes": ["sprint"]}, "'sprint'"), ({"exponents": [0]}, "exponents"),
+                                            ({"tasks": ["cartpole"]}, "'cartpole'"), ({"popz": 1}, "'popz'")])
+def test_bad_settings_are_refused_by_name(settings, match):
+    with pytest.raises(BenchSetupError, match=match):
+        pl.run(quick=True, log=quiet, settings=settings)
+
+
+def test_budget_must_be_positive_and_reaches_the_wall_mode(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "population-loss", "--quick", "--budget", "0"])
+    assert "must be a number of seconds > 0" in capsys.readouterr().err
+    with pytest.raises(BenchSetupError, match="budget must be"):
+        pl.run(quick=True, log=quiet, settings={"budget": -1.0})
+    rep = pl.run(quick=True, log=quiet, seeds=[0], budget=0.2, settings={"tasks": ["digits"], "modes": ["wall"],
+                                                                         "antithetic": [True], "exponents": [3]})
+    assert rep.summary["budget_s"] == 0.2 and rep.rows[0][-1] < 1.5                 # seconds of the one run
