@@ -23,6 +23,8 @@ for long unperturbed generation -- merge first. A weight read outside its module
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from fnmatch import fnmatchcase
 from typing import Iterable
 
@@ -71,14 +73,14 @@ class SubspaceLayer(AbstractLayer):
         return (Z,)
 
     def forward(self, ctx: PopulationContext, module: nn.Module, active: dict[str, str]):
-        state, previous = module.__dict__[ATTR], module.__dict__.get("forward")
+        state = module.__dict__[ATTR]
+        original = module.forward  # the user's instance-level forward, or the class's, bound
 
+        @functools.wraps(original)  # its signature: Hugging Face's generate passes only what forward names
         def forward(*args, **kwargs):
             outer, state.active = state.active, (ctx, active[Z])
             try:
-                if previous is not None:
-                    return previous(*args, **kwargs)
-                return type(module).forward(module, *args, **kwargs)
+                return original(*args, **kwargs)
             finally:
                 state.active = outer
         forward.handles_vmap = True
@@ -96,6 +98,11 @@ class SubspaceForward:
         self.module, self.holder, self.projected, self.previous = module, holder, projected, previous
         self.requires = {a: module._parameters[a].requires_grad for a in projected}  # put back by merge
 
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """The module's own forward's: callers that read it (Hugging Face's generate) see no change."""
+        return inspect.signature(self.previous or type(self.module).forward.__get__(self.module))
+
     def __call__(self, *args, **kwargs):
         active = self.holder.active
         own = self.module._parameters
@@ -104,11 +111,13 @@ class SubspaceForward:
             return self.run(self.weights(self.holder.z.detach()[None], factors), args, kwargs)
         ctx, name = active
         zs = self.holder.member_z(ctx, name)  # (members, k)
-        split = [ctx.check_rows(a, type(self.module).__name__).chunk(ctx.members) if isinstance(a, Tensor)
-                 else [a] * ctx.members for a in args]
-        outs = [self.run(self.weights(zs[i:i + 1], factors), [s[i] for s in split], kwargs)
+        what = type(self.module).__name__
+        split = [per_member(ctx, a, what) for a in args]
+        ksplit = {key: per_member(ctx, v, what) for key, v in kwargs.items()}
+        outs = [self.run(self.weights(zs[i:i + 1], factors), [s[i] for s in split], {key: v[i] for key, v in
+                                                                                       ksplit.items()})
                 for i in range(ctx.members)]
-        return torch.cat(outs)
+        return join_members(outs)
 
     def weights(self, z: Tensor, factors: dict) -> dict[str, Tensor]:
         """θ₀ + P z for each projected attribute, in θ₀'s dtype."""
@@ -132,6 +141,23 @@ class SubspaceForward:
             return type(self.module).forward(self.module, *args, **kwargs)
         finally:
             own.update(saved)
+
+
+def per_member(ctx: PopulationContext, value, what: str) -> list:
+    """Member i's part of an argument: its rows of a member-major tensor, anything else as is."""
+    if isinstance(value, Tensor):
+        return list(ctx.check_rows(value, what).chunk(ctx.members))
+    return [value] * ctx.members
+
+
+def join_members(outs: list):
+    """The members' outputs back in member-major order (tensors concatenated, tuples element-wise)."""
+    first = outs[0]
+    if isinstance(first, Tensor):
+        return torch.cat(outs)
+    if isinstance(first, (tuple, list)):
+        return type(first)(join_members(list(col)) for col in zip(*outs))
+    return first
 
 
 def routed_children(model: nn.Module) -> set[int]:
