@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 import hyperscalees as hs  # noqa: E402
 from hyperscalees import llm  # noqa: E402
 from hyperscalees.nn.adapters import add_adapters, merge_adapters  # noqa: E402
-from hyperscalees.nn.select import evolved_numbers, norms_and_biases  # noqa: E402
+from hyperscalees.nn.select import evolved_numbers, merged_copy, norms_and_biases  # noqa: E402
 from hyperscalees.nn.subspace import install_subspace, merge_subspace  # noqa: E402
 from tiny import build, char_tokenizer  # noqa: E402
 
@@ -62,10 +62,13 @@ def test_small_set_members_generation_and_export(arch, kind, tmp_path):
     with torch.no_grad():
         trained = model(ids(1)).logits
         assert not torch.equal(trained, before)
-        MERGE[kind](model)
-        torch.testing.assert_close(model(ids(1)).logits, trained, rtol=1e-5, atol=1e-5)
-    out = llm.save_pretrained(model, tok, tmp_path / "merged")
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    out = llm.save_pretrained(merged_copy(model), tok, tmp_path / "merged")   # mid-run: the model stays as is
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items()) and state.keys() == \
+        model.state_dict().keys()
     plain = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
     assert set(plain.state_dict()) == set(build(arch).state_dict())
     with torch.no_grad():
+        torch.testing.assert_close(plain(ids(1)).logits, trained, rtol=1e-5, atol=1e-5)
+        MERGE[kind](model)                                                 # in place, at the end of a run
         assert torch.equal(plain(ids(1)).logits, model(ids(1)).logits)

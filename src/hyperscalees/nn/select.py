@@ -1,4 +1,4 @@
-"""Small evolving sets: norms and biases only, and how many numbers an ES run evolves.
+"""Small evolving sets: norms and biases only, how many numbers a run evolves, a plain copy to export.
 
 Zeroth-order cost grows with the number of directions explored, and a pretrained model's
 *effective* dimension is small (Aghajanyan et al., arXiv:2012.13255). The cheapest useful
@@ -8,12 +8,15 @@ vectors are small, so they get full-rank noise ("full"): low-rank noise needs a 
 """
 from __future__ import annotations
 
+import copy
 import math
 
 from torch import nn
 
 from ..noise.spec import ESMode
+from .adapters import Adapter, merge_adapters
 from .es_map import owned_parameters
+from .subspace import has_subspace, merge_subspace
 
 # torch's normalisation layers; a model's own norm classes (LlamaRMSNorm, ...) are found by name
 _NORMS = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase)
@@ -45,3 +48,14 @@ def norms_and_biases(model: nn.Module, biases: bool = True) -> dict[str, str]:
 def evolved_numbers(es) -> int:
     """How many numbers ``es`` (a module-level ES facade) evolves: the sizes of its non-excluded parameters."""
     return sum(math.prod(s.shape) for s in es.specs.values() if s.mode != ESMode.EXCLUDED)
+
+
+def merged_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` with its adapters and subspace folded into plain weights; ``model`` is
+    untouched, so training goes on. What an export saves mid-run (inside ``es.materialized(i)``: member i)."""
+    plain = copy.deepcopy(model)
+    for holder in [m for m in plain.modules() if has_subspace(m)]:
+        merge_subspace(holder)
+    if any(isinstance(m, Adapter) for m in plain.modules()):
+        merge_adapters(plain)
+    return plain
