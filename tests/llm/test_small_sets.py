@@ -39,9 +39,10 @@ def fitness(model, lo, hi):
     return logits[:, 7].view(hi - lo, 2).mean(dim=1)
 
 
-@pytest.mark.parametrize("arch,kind", [("llama", k) for k in SELECT] + [("gpt2", "adapters"), ("gpt2", "subspace")])
+@pytest.mark.parametrize("arch,kind", [("llama", k) for k in SELECT] + [("gpt2", k) for k in SELECT])
 def test_small_set_members_generation_and_export(arch, kind, tmp_path):
-    """GPT-2 stores its matrices (in, out) in Conv1D: adapters and P follow that orientation."""
+    """GPT-2 stores its matrices (in, out) in Conv1D (adapters and P follow that orientation) and has
+    biases in every layer (norms_and_biases evolves them too)."""
     from transformers import AutoModelForCausalLM
     model, tok = build(arch), char_tokenizer()
     with torch.no_grad():
