@@ -17,7 +17,9 @@ __version__ = "0.1.0"
 
 # name -> module that defines it, imported when the name is first used
 _LAZY = {"LocalBackend": ".distributed.local", "RayBackend": ".distributed.ray", "AbstractBackend": ".distributed.base",
-         "GraphedStep": ".nn.graph"}
+         "GraphedStep": ".nn.graph", **dict.fromkeys(("add_adapters", "merge_adapters"), ".nn.adapters"),
+         **dict.fromkeys(("install_subspace", "merge_subspace"), ".nn.subspace"),
+         **dict.fromkeys(("norms_and_biases", "evolved_numbers", "merged_copy"), ".nn.select")}  # small evolving sets (issue 40)
 
 
 def __getattr__(name: str):
@@ -34,4 +36,6 @@ def __dir__():
 
 __all__ = ["AbstractBackend", "AbstractLayer", "AbstractUpdateRule", "EGGROLL", "ESConfig", "ESMode", "GraphedStep",
            "LocalBackend", "NoiseStore", "OpenES", "ParamSpec", "Population", "RayBackend", "centered_rank",
-           "evaluate", "group_normalize", "pair_sign", "perturbation", "register_layer", "z_score", "__version__"]
+           "evaluate", "group_normalize", "pair_sign", "perturbation", "register_layer", "z_score", "__version__",
+           "add_adapters", "evolved_numbers", "install_subspace", "merge_adapters", "merge_subspace", "merged_copy",
+           "norms_and_biases"]
