@@ -7,19 +7,28 @@ ES (``train llm``) from N members × P prompts scored by the verifier, normalise
 group-normalised advantages: ĝ = Σ_i A_i Σ_t ∇ log π(token_it) / tokens. Their difference on a CPU
 is what a completion buys, and that is measurable without training either.
 
-The measure is the gradient noise scale (McCandlish et al. 2018, "An Empirical Model of
-Large-Batch Training"): with per-completion covariance Σ, E|ĝ|² = |g|² + tr(Σ)/n, and
+The measure is what McCandlish et al. (arXiv 1812.06162) call the *simple* noise scale: with
+per-completion covariance Σ, E|ĝ|² = |g|² + tr(Σ)/n, and
 
-    B_noise = tr(Σ) / |g|²     (completions; the step size at which a step is half signal)
-    signal  = |g|² / E|ĝ|² = n / (n + B_noise)    (= cos² between a step and g)
+    B_simple = tr(Σ) / |g|²     (completions; the step size at which a step is half signal)
+    signal   = |g|² / E|ĝ|² = n / (n + B_simple)    (= cos² between a step and g)
 
-A step of n ≪ B_noise completions is mostly noise, and a method needs about B_noise/n more steps
-than at its ideal batch. Both are read from M independent estimates (fresh prompts, fresh ES
+B_simple is not a training cost. The statistic their "about B/n times the steps" is about is
+B_noise = tr(HΣ)/(gᵀHg), which equals B_simple only when the Hessian H is isotropic; for ES, whose
+noise is isotropic, B_noise ≈ B_simple × (the Hessian's effective rank / d) (MeZO's argument,
+arXiv 2305.17333). And B_simple has a floor set by the dimension alone: for isotropic noise
+(Gaussian or EGGROLL's rank 1, Cov(vec ε) = I) each antithetic pair's term wε has |E[wε]|² ≤
+E[w²] and E|wε|² ≈ d·E[w²], so B_simple ≥ d − 1 pairs = 2P(d − 1) completions with P prompts a
+member, for any model, σ, shaping or reward (:func:`b_simple_floor`; ES rows report it beside
+the measurement, and the summary their ratio: what is left once the dimension is divided out).
+What predicts training is measured directly with ``--critical``: short trainings at several
+populations, steps to a fixed held-out reward gain, and McCandlish's empirical critical batch
+from them (``critical_batch.py``). Both signal and B_simple are read from M independent estimates (fresh prompts, fresh ES
 noise or sampling draws) through their Gram matrix: |g|² is the mean dot product of two different
 estimates (unbiased, since they are independent), E|ĝ|² the mean squared norm; a jackknife over the
 estimates gives the standard error. The two methods follow different objectives (ES: the reward of
 greedy answers, smoothed by the parameter noise; GRPO: the expected reward of answers sampled at
-temperature 1), so their B_noise compare what each step buys of its own direction; ``agreement``
+temperature 1), so their B_simple compare what each step buys of its own direction; ``agreement``
 is the cosine between the two expected directions (ĝ_ES · ĝ_GRPO of independent estimates over
 |g_ES| |g_GRPO|). Directions are read over the weights ES evolves (``llm.evolving``: every block
 matrix); GRPO's optimizer (Adam) and ES's (SGD) come after, and are not part of this.
@@ -48,16 +57,18 @@ from torch import Tensor
 
 from tqdm import tqdm
 
+import critical_batch
 import study_cli
 from grpo_run import STOP, cut
 from hyperscalees import llm
 from hyperscalees.benchmarks.base import BenchSetupError, Report, environment
 from llm_runs import _json_object, with_task
 
-QUESTION = ("gradient noise scale B_noise (completions) and signal share of one step, ES (EGGROLL, normalised "
-            "per prompt) vs GRPO (dapo loss, on-policy), on one model and task")
-COLUMNS = ["method", "setting", "completions", "estimates", "signal", "signal_se", "b_noise", "b_noise_lo",
-           "b_noise_hi", "s_per_estimate", "completions_per_s"]
+QUESTION = ("signal share of one step and McCandlish's simple noise scale B_simple (completions; beside ES's "
+            "dimension floor 2P(d-1)), ES (EGGROLL, normalised per prompt) vs GRPO (dapo loss, on-policy), on one "
+            "model and task")
+COLUMNS = ["method", "setting", "completions", "estimates", "signal", "signal_se", "b_simple", "b_simple_lo",
+           "b_simple_hi", "b_simple_floor", "s_per_estimate", "completions_per_s"]
 SIGMA = 1e-2  # the CPU tuning's choice for ES on both demonstration tasks (docs/llm-vs-grpo.md)
 GROUP = 8  # GRPO's completions per prompt (the tuned setting)
 EPS = 1e-4  # TRL's: advantages = (r - mean) / (std + 1e-4)
@@ -102,12 +113,12 @@ def _jackknife(statistic, m: int) -> float:
 
 
 def noise_scale(g: Tensor, completions: int) -> dict[str, float]:
-    """Signal share, B_noise and their jackknife spread from the Gram matrix ``g`` (M, M) of M ≥ 3
+    """Signal share, B_simple and their jackknife spread from the Gram matrix ``g`` (M, M) of M ≥ 3
     independent estimates, each from ``completions`` completions (see the module docstring).
 
-    ``signal`` = |g|²/E|ĝ|² (0 or below: no signal detected, ``b_noise`` inf; nan when every estimate
-    is zero); ``b_noise`` = n(1/signal - 1);
-    ``signal_se`` the jackknife standard error of ``signal``, ``b_noise_lo``/``_hi`` B_noise at
+    ``signal`` = |g|²/E|ĝ|² (0 or below: no signal detected, ``b_simple`` inf; nan when every estimate
+    is zero); ``b_simple`` = n(1/signal - 1);
+    ``signal_se`` the jackknife standard error of ``signal``, ``b_simple_lo``/``_hi`` B_simple at
     signal ± one standard error (hi inf when signal - se <= 0)."""
     m = g.shape[0]
     if g.shape != (m, m) or m < 3:
@@ -117,7 +128,7 @@ def noise_scale(g: Tensor, completions: int) -> dict[str, float]:
     signal_sq, mean_sq = _moments(g)
     if not mean_sq > 0:  # every estimate is zero: no reward varied, nothing to measure
         nan = math.nan
-        return {"signal": nan, "signal_se": nan, "b_noise": nan, "b_noise_lo": nan, "b_noise_hi": nan,
+        return {"signal": nan, "signal_se": nan, "b_simple": nan, "b_simple_lo": nan, "b_simple_hi": nan,
                 "grad_sq": 0.0, "estimate_sq": 0.0}
     signal = signal_sq / mean_sq
 
@@ -130,18 +141,39 @@ def noise_scale(g: Tensor, completions: int) -> dict[str, float]:
     def b(share: float) -> float:
         return completions * (1 / share - 1) if share > 0 else math.inf
 
-    return {"signal": signal, "signal_se": se, "b_noise": b(signal), "b_noise_lo": b(min(signal + se, 1.0)),
-            "b_noise_hi": b(signal - se), "grad_sq": signal_sq, "estimate_sq": mean_sq}
+    return {"signal": signal, "signal_se": se, "b_simple": b(signal), "b_simple_lo": b(min(signal + se, 1.0)),
+            "b_simple_hi": b(signal - se), "grad_sq": signal_sq, "estimate_sq": mean_sq}
 
 
-def pooled_b_noise(rows: list[tuple[int, float, float]]) -> dict[str, float]:
-    """One B_noise from several rows ``(completions n, signal s, its standard error se)`` of one method.
+def b_simple_floor(prompts: int, dimension: int) -> int:
+    """2P(d − 1): the least B_simple (completions) of any ES estimate with isotropic noise over ``dimension``
+    evolved numbers and ``prompts`` prompts a member (see the module docstring), whatever the model or reward."""
+    for name, v, low in (("prompts", prompts, 1), ("dimension", dimension, 2)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name} must be a whole number >= {low}, got {v!r}")
+    return 2 * prompts * (dimension - 1)
 
-    Each row reads 1/B_noise = s / (n (1 - s)), with standard error se / (n (1 - s)²); their
+
+def ratio_at_least(a: dict, b: dict, z: int = 2) -> float:
+    """The least B_simple(a) / B_simple(b) both pooled estimates allow at ``z`` standard errors each:
+    a's bound from below over b's bound from above, the same number of errors on both sides. nan
+    where b has no such upper bound (its signal under z errors): then no ratio is claimed."""
+    low, high = a.get(f"b_simple_at_least{'' if z == 2 else z}"), b.get(f"b_simple_at_most{'' if z == 2 else z}")
+    if low is None or high is None:
+        raise ValueError(f"need pooled estimates with bounds at {z} standard errors (pooled_b_simple)")
+    if not (math.isfinite(high) and high > 0) or math.isnan(low):
+        return math.nan
+    return low / high
+
+
+def pooled_b_simple(rows: list[tuple[int, float, float]]) -> dict[str, float]:
+    """One B_simple from several rows ``(completions n, signal s, its standard error se)`` of one method.
+
+    Each row reads 1/B_simple = s / (n (1 - s)), with standard error se / (n (1 - s)²); their
     inverse-variance weighted mean x ± e pools them (a small signal is measured best by the rows
-    with the most completions). ``b_noise`` = 1/x, ``b_noise_lo``/``_hi`` at x ± e, and
-    ``b_noise_at_least`` at x + 2e: the bound to quote when the signal hardly shows (inf where
-    x - e or x itself is not positive)."""
+    with the most completions). ``b_simple`` = 1/x, ``b_simple_lo``/``_hi`` at x ± e, and
+    ``b_simple_at_least``/``_at_most`` at x ± 2e: the bounds to quote when the signal hardly shows
+    (inf where x - e, x - 2e or x itself is not positive)."""
     xs, ws = [], []
     for n, s, se in rows:
         if not (math.isfinite(s) and math.isfinite(se) and se > 0 and s < 1):
@@ -149,11 +181,12 @@ def pooled_b_noise(rows: list[tuple[int, float, float]]) -> dict[str, float]:
         xs.append(s / (n * (1 - s)))
         ws.append((n * (1 - s) ** 2 / se) ** 2)
     if not xs:
-        return {k: math.nan for k in ("b_noise", "b_noise_lo", "b_noise_hi", "b_noise_at_least")}
+        return {k: math.nan for k in ("b_simple", "b_simple_lo", "b_simple_hi", "b_simple_at_least", "b_simple_at_most")}
     x = sum(w * v for w, v in zip(ws, xs)) / sum(ws)
     e = 1 / math.sqrt(sum(ws))
     inv = lambda v: 1 / v if v > 0 else math.inf
-    return {"b_noise": inv(x), "b_noise_lo": inv(x + e), "b_noise_hi": inv(x - e), "b_noise_at_least": inv(x + 2 * e)}
+    return {"b_simple": inv(x), "b_simple_lo": inv(x + e), "b_simple_hi": inv(x - e), "b_simple_at_least": inv(x + 2 * e),
+            "b_simple_at_most": inv(x - 2 * e)}
 
 
 def agreement(cross: Tensor, ga: Tensor, gb: Tensor, min_z: float = 2.0) -> tuple[float, float]:
@@ -373,10 +406,15 @@ def _load(model: str | None, quick: bool, device: str):
 
 
 def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=None, task_options=None,
-        plot=None, settings=None) -> Report:
+        plot=None, settings=None, critical=None) -> Report:
     from hyperscalees.nn.module_es import EGGROLL
     c = with_settings(configs(quick), settings if settings is not None else {})
     t = with_task({"task": "countdown", "task_options": {}}, task, task_options)
+    crit = None
+    if critical is not None:  # checked before anything is measured
+        if not model:
+            raise BenchSetupError("--critical trains the model: it needs --model (a local model folder)")
+        crit = critical_batch.settings(_json_object(critical, "--critical"), quick)
     from hyperscalees.tasks.problems import PROBLEM_SETS
     seed = 0  # draws the training problems; the estimates' own noise is keyed per estimate
     problems = PROBLEM_SETS[t["task"]](seed=seed, options=t["task_options"])
@@ -389,6 +427,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
     named = dict(lm.named_parameters())
     params = {n: named[n] for n in es_map if n != "*"}  # the weights ES evolves; GRPO's direction is read on them
     m = c["estimates"]
+    dimension = sum(p.numel() for p in params.values())
     members_sample = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=(STOP,))
     if c["temperature"] > 0:  # as train llm --temperature: twins sample with the same random numbers
         members_sample = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=(STOP,), do_sample=True,
@@ -426,27 +465,38 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
             if agree and n >= largest.get(method, (0,))[0]:  # the agreement reads only each method's
                 largest[method] = (n, est, g)                 # largest row: a pretrained model's are GBs
             del est
-            rows.append([method, setting, n, m, s["signal"], s["signal_se"], s["b_noise"], s["b_noise_lo"],
-                         s["b_noise_hi"], seconds, n / seconds])
-            log(f"  signal {s['signal']:.4f} ± {s['signal_se']:.4f}, B_noise {s['b_noise']:.3g} completions, "
+            floor = b_simple_floor(b, dimension) if method == "es" else None
+            rows.append([method, setting, n, m, s["signal"], s["signal_se"], s["b_simple"], s["b_simple_lo"],
+                         s["b_simple_hi"], floor, seconds, n / seconds])
+            log(f"  signal {s['signal']:.4f} ± {s['signal_se']:.4f}, B_simple {s['b_simple']:.3g} completions, "
                 f"{seconds:.2f} s per estimate")
     summary, notes = {}, []
     ran = [meth for meth in ("es", "grpo") if any(k[0] == meth for k in stats)]
     for meth in ran:
-        pooled = pooled_b_noise([(k[1], v["signal"], v["signal_se"]) for k, v in stats.items() if k[0] == meth])
+        pooled = pooled_b_simple([(k[1], v["signal"], v["signal_se"]) for k, v in stats.items() if k[0] == meth])
         summary |= {f"{meth}_{name}": value for name, value in pooled.items()}
     if ran == ["es", "grpo"]:
         rate = {meth: [r[-1] for r in rows if r[0] == meth] for meth in ran}
         summary["es_over_grpo_completions_per_s"] = (sum(rate["es"]) / len(rate["es"])) / (
             sum(rate["grpo"]) / len(rate["grpo"]))
-        summary["es_over_grpo_b_noise"] = summary["es_b_noise"] / summary["grpo_b_noise"]
-        summary["es_over_grpo_b_noise_at_least"] = summary["es_b_noise_at_least"] / summary["grpo_b_noise_hi"]
+        summary["es_over_grpo_b_simple"] = summary["es_b_simple"] / summary["grpo_b_simple"]
+        pooled = {meth: {k[len(meth) + 1:]: v for k, v in summary.items() if k.startswith(meth + "_b_simple")}
+                  for meth in ran}
+        summary["es_over_grpo_b_simple_at_least"] = ratio_at_least(pooled["es"], pooled["grpo"], z=2)
         (_, a, ga), (_, b, gb) = largest["es"], largest["grpo"]
         summary["agreement"], summary["agreement_se"] = agreement(cross(a, b), ga, gb)
-    notes.append("signal = |g|^2 / E|g_hat|^2 = cos^2(step, expected step); b_noise = completions x (1/signal - 1): "
-                 "a step of n completions is n / (n + b_noise) signal")
-    notes.append("the summary pools each method's rows (pooled_b_noise): lo/hi at one standard error, at_least at "
-                 "two; es_over_grpo_b_noise_at_least = es at_least / grpo hi")
+    notes.append("signal = |g|^2 / E|g_hat|^2 = cos^2(step, expected step); b_simple = completions x (1/signal - 1): "
+                 "a step of n completions is n / (n + b_simple) signal")
+    notes.append("the summary pools each method's rows (pooled_b_simple): lo/hi at one standard error, at_least/"
+                 "at_most at two; es_over_grpo_b_simple_at_least = es at_least / grpo at_most, two errors on both "
+                 "sides (n/a when GRPO's signal is under two errors)")
+    if "es" in ran:
+        floor = b_simple_floor(c["es"][0][1], dimension)
+        summary["es_b_simple_floor"] = floor
+        summary["es_b_simple_over_floor"] = summary["es_b_simple"] / floor
+        notes.append(f"b_simple_floor = 2P(d-1) = {floor:,} completions for d = {dimension:,} evolved numbers: isotropic "
+                     "ES noise cannot measure less, so B_simple/floor is the part not set by the dimension; B_simple "
+                     "is not a training cost (McCandlish's B_noise, what steps scale with, weighs Σ by the Hessian)")
     notes.append("agreement: cos(expected ES step, expected GRPO step) from each method's largest row, with its "
                  "jackknife standard error (n/a when a side's signal is under two standard errors)")
     members = f"members sample at temperature {c['temperature']} (twins: common noise)" if c["temperature"] > 0 \
@@ -454,8 +504,14 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
     notes.append(f"directions over the {sum(p.numel() for p in params.values()):,} weights ES evolves"
                  f"{' (' + ', '.join(c['evolve']) + ')' if c.get('evolve') else ''}; ES sigma {c['sigma']}, {members}; "
                  f"train problems of task seed {seed}, none read twice; {m} estimates a row")
+    if crit is not None:
+        measured = critical_batch.measure(model, t["task"], t["task_options"], crit, seed, log)
+        summary |= {f"es_{k}": measured[k] for k in ("s_min", "e_min", "b_crit")}
+        notes.append("es_b_crit: McCandlish's empirical critical batch (completions a step) from steps to a held-out "
+                     f"reward gain of {crit['gain']} at populations {crit['populations']} (critical_batch.py): "
+                     "what predicts training, unlike b_simple")
     rep = Report(name="llm-signal", question=QUESTION, columns=COLUMNS, rows=rows, summary=summary, notes=notes,
-                 details={"environment": environment(), "model": model, "task": t["task"],
+                 details={"critical": measured if crit is not None else None, "environment": environment(), "model": model, "task": t["task"],
                           "task_options": t["task_options"], "seed": seed, "sigma": c["sigma"],
                           "temperature": c["temperature"], "evolve": c.get("evolve"),
                           "max_new_tokens": c["max_new_tokens"]})
@@ -467,7 +523,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
 def draw(record: dict, path, title: str = "") -> None:
     """Signal share of one step against completions a step, both methods, from a run's JSON record:
     each row's share (a downward triangle at share + 2 standard errors where it does not show) and
-    the curve n / (n + B_noise) of each method's pooled B_noise, shaded between its bounds."""
+    the curve n / (n + B_simple) of each method's pooled B_simple, shaded between its bounds."""
     from hyperscalees.engine.plotting import pyplot, save_figure
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -487,10 +543,11 @@ def draw(record: dict, path, title: str = "") -> None:
         if unseen:
             ax.plot([r["completions"] for r in unseen], [max(r["signal"] + 2 * r["signal_se"], floor) for r in unseen],
                     "v", color=color, markerfacecolor="none", label=f"{labels[meth]}: not detected (below)")
-        b, lo, hi = (record.get(f"{meth}_{k}") for k in ("b_noise", "b_noise_lo", "b_noise_hi"))
+        b, lo, hi = (record.get(f"{meth}_{k}", record.get(f"{meth}_{k.replace('simple', 'noise')}"))
+                     for k in ("b_simple", "b_simple_lo", "b_simple_hi"))  # records before the rename: b_noise
         if b:
             ax.plot(grid, [n / (n + b) for n in grid], color=color, lw=1,
-                    label=f"n / (n + B_noise), B_noise {b:,.0f}")
+                    label=f"n / (n + B_simple), B_simple {b:,.0f}")
             if lo and hi:
                 ax.fill_between(grid, [n / (n + hi) for n in grid], [n / (n + lo) for n in grid], color=color,
                                 alpha=0.15, lw=0)
@@ -515,6 +572,10 @@ def main(argv=None) -> int:
     p.add_argument("--settings", default=None, metavar="JSON",
                    help="what to measure, e.g. '{\"es\": {\"sigma\": 3e-2, \"members\": [2048, 4096]}}' (only the "
                         f"methods named run; keys: {', '.join(sorted(SETTINGS))})")
+    p.add_argument("--critical", default=None, metavar="JSON",
+                   help="also train ES at several populations to a fixed held-out reward gain and fit McCandlish's "
+                        "critical batch, e.g. '{\"populations\": [8, 32, 128], \"gain\": 0.02}' ('{}': defaults; "
+                        f"keys: {', '.join(sorted(critical_batch.DEFAULTS))})")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
                    help="draw signal share vs completions a step to this PNG (needs matplotlib)")
     return study_cli.main(p, run, argv)

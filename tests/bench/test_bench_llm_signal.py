@@ -17,20 +17,20 @@ def unit(d: int = 40_000, seed: int = 0) -> torch.Tensor:
     return g / g.norm()
 
 
-def synthetic(b_noise: float, n: int, m: int, g: torch.Tensor | None = None, seed: int = 0) -> torch.Tensor:
-    """M estimates of the unit gradient g, each the mean of n completions whose covariance has trace b_noise."""
+def synthetic(b_simple: float, n: int, m: int, g: torch.Tensor | None = None, seed: int = 0) -> torch.Tensor:
+    """M estimates of the unit gradient g, each the mean of n completions whose covariance has trace b_simple."""
     g = unit() if g is None else g
     noise = torch.randn(m, g.numel(), generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
-    return g + noise * math.sqrt(b_noise / (g.numel() * n))
+    return g + noise * math.sqrt(b_simple / (g.numel() * n))
 
 
-@pytest.mark.parametrize("b_noise,n", [(500.0, 128), (50_000.0, 2048), (2_000.0, 16)])
-def test_noise_scale_recovers_a_known_b_noise(b_noise, n):
-    s = sig.noise_scale(sig.gram(synthetic(b_noise, n, m=24)), n)
-    assert s["signal"] == pytest.approx(n / (n + b_noise), rel=0.1)
-    assert s["b_noise"] == pytest.approx(b_noise, rel=0.15)
+@pytest.mark.parametrize("b_simple,n", [(500.0, 128), (50_000.0, 2048), (2_000.0, 16)])
+def test_noise_scale_recovers_a_known_b_simple(b_simple, n):
+    s = sig.noise_scale(sig.gram(synthetic(b_simple, n, m=24)), n)
+    assert s["signal"] == pytest.approx(n / (n + b_simple), rel=0.1)
+    assert s["b_simple"] == pytest.approx(b_simple, rel=0.15)
     assert 0 < s["signal_se"] < s["signal"]
-    assert s["b_noise_lo"] <= s["b_noise"] <= s["b_noise_hi"]
+    assert s["b_simple_lo"] <= s["b_simple"] <= s["b_simple_hi"]
     assert s["grad_sq"] == pytest.approx(1.0, rel=0.1)
 
 
@@ -38,12 +38,12 @@ def test_pure_noise_reads_as_no_signal_within_its_error():
     e = torch.randn(16, 30_000, generator=torch.Generator().manual_seed(1))
     s = sig.noise_scale(sig.gram(e), 64)
     assert abs(s["signal"]) < 3 * s["signal_se"] + 1e-3
-    assert s["b_noise_hi"] == math.inf
+    assert s["b_simple_hi"] == math.inf
 
 
 def test_zero_estimates_measure_nothing():
     s = sig.noise_scale(sig.gram(torch.zeros(4, 10)), 8)
-    assert math.isnan(s["signal"]) and math.isnan(s["b_noise"]) and s["grad_sq"] == 0.0
+    assert math.isnan(s["signal"]) and math.isnan(s["b_simple"]) and s["grad_sq"] == 0.0
 
 
 @pytest.mark.parametrize("shape,n,match", [((2, 2), 8, "M >= 3"), ((3, 4), 8, r"\(M, M\)"),
@@ -53,17 +53,17 @@ def test_noise_scale_refuses_bad_input(shape, n, match):
         sig.noise_scale(torch.eye(*shape), n)
 
 
-def test_pooled_b_noise_weights_the_rows_that_measure_best():
+def test_pooled_b_simple_weights_the_rows_that_measure_best():
     b = 10_000.0
     rows = [(n, n / (n + b), se) for n, se in ((128, 0.01), (2048, 0.01), (8192, 0.01))]
-    pooled = sig.pooled_b_noise(rows)
-    assert pooled["b_noise"] == pytest.approx(b, rel=1e-9)
-    assert pooled["b_noise_at_least"] < pooled["b_noise_lo"] < b < pooled["b_noise_hi"]
+    pooled = sig.pooled_b_simple(rows)
+    assert pooled["b_simple"] == pytest.approx(b, rel=1e-9)
+    assert pooled["b_simple_at_least"] < pooled["b_simple_lo"] < b < pooled["b_simple_hi"]
     # a row that saw no signal only bounds it: the pooled estimate leans on the precise row
-    noisy = sig.pooled_b_noise([(128, -0.002, 0.003), (8192, 8192 / (8192 + b), 0.0005)])
-    assert noisy["b_noise"] == pytest.approx(b, rel=0.05)
-    assert sig.pooled_b_noise([(128, -0.001, 0.003)])["b_noise"] == math.inf
-    assert math.isnan(sig.pooled_b_noise([(128, math.nan, math.nan)])["b_noise"])
+    noisy = sig.pooled_b_simple([(128, -0.002, 0.003), (8192, 8192 / (8192 + b), 0.0005)])
+    assert noisy["b_simple"] == pytest.approx(b, rel=0.05)
+    assert sig.pooled_b_simple([(128, -0.001, 0.003)])["b_simple"] == math.inf
+    assert math.isnan(sig.pooled_b_simple([(128, math.nan, math.nan)])["b_simple"])
 
 
 def test_agreement_reads_the_angle_between_expected_directions():
@@ -165,8 +165,8 @@ def test_draw_plots_a_saved_record(tmp_path):
     pytest.importorskip("matplotlib")
     rows = [{"method": "es", "completions": n, "signal": s, "signal_se": 4e-4} for n, s in ((128, -3e-4), (16384, 1.5e-3))]
     rows += [{"method": "grpo", "completions": n, "signal": n / (n + 850), "signal_se": 0.03} for n in (128, 2048)]
-    record = {"rows": rows, "task": "countdown", "es_b_noise": 1.6e7, "es_b_noise_lo": 1.1e7, "es_b_noise_hi": None,
-              "grpo_b_noise": 850.0, "grpo_b_noise_lo": 780.0, "grpo_b_noise_hi": 950.0}
+    record = {"rows": rows, "task": "countdown", "es_b_simple": 1.6e7, "es_b_simple_lo": 1.1e7, "es_b_simple_hi": None,
+              "grpo_b_simple": 850.0, "grpo_b_simple_lo": 780.0, "grpo_b_simple_hi": 950.0}
     sig.draw(record, tmp_path / "signal.png")
     assert (tmp_path / "signal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -220,3 +220,78 @@ def test_pass_rows_bounds_grpo_memory_by_model_size():
                            vocab_size=32)
     assert sig.pass_rows(tiny, 96) == 256  # a small model keeps the old one-pass batches
     assert sig.pass_rows(smol, 10**6) == 1  # never zero
+
+
+# -- what B_simple is, and what predicts training ---------------------------------------------------
+def test_the_b_simple_floor_is_two_p_times_d_minus_one():
+    assert sig.b_simple_floor(4, 131_072) == 1_048_568  # the char Llama's ~1.05 million at 4 prompts
+    assert sig.b_simple_floor(4, 106_200_000) == pytest.approx(8.5e8, rel=0.001)  # SmolLM2's ~8.5×10⁸
+    for bad in ((0, 10), (4, 1), (True, 10), (4, 2.5)):
+        with pytest.raises(ValueError, match="must be a whole number"):
+            sig.b_simple_floor(*bad)
+
+
+def test_isotropic_es_noise_never_measures_below_its_floor():
+    """The floor on synthetic ES: pairs w·ε with ε ~ N(0, I) in d dimensions, w correlated with ε's first
+    coordinate as strongly as it can be: even then B_simple in pairs is about d − 1."""
+    d, pairs, m = 400, 64, 40
+    g = torch.Generator().manual_seed(0)
+    eps = torch.randn(m, pairs, d, generator=g, dtype=torch.float64)
+    w = eps[:, :, 0]  # the best a fitness can do: the whole signal on one direction
+    estimates = (w[..., None] * eps).mean(dim=1)  # (M, d): one estimate per row, from `pairs` pairs
+    s = sig.noise_scale(sig.gram(estimates), pairs)
+    assert s["b_simple"] == pytest.approx(d - 1, rel=0.25) and s["b_simple"] > 0.75 * (d - 1)
+
+
+def test_the_like_for_like_ratio_uses_two_errors_on_both_sides():
+    es = sig.pooled_b_simple([(16384, 0.00146, 0.0005)])   # 2.9 errors: bounded from below at two
+    grpo = sig.pooled_b_simple([(2048, 0.041, 0.031)])     # 1.3 errors: no upper bound at two
+    assert math.isfinite(grpo["b_simple_hi"]) and grpo["b_simple_at_most"] == math.inf
+    assert math.isnan(sig.ratio_at_least(es, grpo))        # the old ratio used GRPO's one-error bound
+    sharp = sig.pooled_b_simple([(2048, 0.7, 0.01)])
+    assert sig.ratio_at_least(es, sharp) == pytest.approx(es["b_simple_at_least"] / sharp["b_simple_at_most"])
+    assert sharp["b_simple_at_most"] > sharp["b_simple_hi"] > sharp["b_simple"]
+    assert sig.ratio_at_least(es, sharp) < es["b_simple_at_least"] / sharp["b_simple_hi"]
+
+
+def test_steps_to_gain_reads_the_first_evaluation_that_clears_it():
+    import critical_batch as cb
+    curve = [(0, 0.30), (10, 0.29), (20, 0.33), (30, 0.31), (40, 0.36)]
+    assert cb.steps_to_gain(curve, 0.02) == 20 and cb.steps_to_gain(curve, 0.05) == 40
+    assert cb.steps_to_gain(curve, 0.2) == math.inf
+    with pytest.raises(ValueError, match="step 0"):
+        cb.steps_to_gain(curve[1:], 0.02)
+
+
+def test_critical_batch_recovers_a_known_trade_off():
+    import critical_batch as cb
+    s_min, e_min = 50.0, 40_000.0  # B_crit = 800
+    points = [(b, s_min + e_min / b) for b in (64, 256, 1024, 4096)]
+    fit = cb.critical_batch(points + [(16, math.inf)])  # a batch that never got there is left out
+    assert fit["b_crit"] == pytest.approx(800) and fit["s_min"] == pytest.approx(50) and fit["points"] == 4
+    assert math.isnan(cb.critical_batch([(64, 100.0), (128, math.inf)])["b_crit"])
+    assert math.isnan(cb.critical_batch([(64, 100.0), (256, 300.0)])["b_crit"])  # more steps at a larger batch
+
+
+def test_critical_settings_refuse_bad_values():
+    import critical_batch as cb
+    from hyperscalees.benchmarks.base import BenchSetupError
+    assert cb.settings({}, quick=True)["populations"] == cb.QUICK["populations"]
+    for bad, match in (({"populations": [8]}, "two or more"), ({"populations": [3, 8]}, "even"),
+                       ({"gain": -1}, "gain"), ({"steps": 3}, "unknown key 'steps'")):
+        with pytest.raises(BenchSetupError, match=match):
+            cb.settings(bad, quick=False)
+
+
+def test_cli_quick_run_reports_the_floor_and_the_critical_batch(capsys, no_plot):
+    assert sig.main(["--quick", "--json", "--model", str(MODEL), "--task", "countdown", "--task-options",
+                     json.dumps(COUNTDOWN3), "--settings", '{"es": {}}', "--critical", "{}"]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (row,) = rec["rows"]
+    from hyperscalees import llm
+    lm = llm.load_causal_lm(str(MODEL))[0]
+    d = sum(p.numel() for n, p in lm.named_parameters() if n in llm.evolving(lm))
+    assert row["b_simple_floor"] == 2 * 2 * (d - 1) == rec["es_b_simple_floor"]  # --quick: 2 prompts a member
+    crit = rec["critical"]
+    assert [r["population"] for r in crit["rows"]] == [2, 4] and all(r["curve"][0][0] == 0 for r in crit["rows"])
+    assert {"es_b_crit", "es_s_min", "es_e_min"} <= set(rec)

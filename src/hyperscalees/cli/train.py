@@ -132,6 +132,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     strategy, es, engine, options = (getattr(args, "run.strategy"), collect(args, "es"), collect(args, "engine"),
                                      collect(args, "options"))
     typed = explicit(args)
+    strategy = strategy if "run.strategy" in typed else None  # untyped: the task's options choose (a preset)
     task_cls = get_task(args.task)
     given = {k: v for k, v in options.items() if f"options.{k}" in typed}
     options.update({k: v for k, v in task_cls.option_defaults(given).items() if f"options.{k}" not in typed})

@@ -155,12 +155,12 @@ def _renamed_es(es: dict) -> dict:
     return out
 
 
-def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, engine: dict | None = None,
+def make_config(task: str, strategy: str | None = None, es: dict | None = None, engine: dict | None = None,
                 options: dict | None = None, mup_base: int | None = None) -> TrainConfig:
     """A ``TrainConfig`` with the task's defaults under any explicit (non-None) overrides.
 
     The task supplies population, sigma, rank, lr, optimizer and steps that are known to
-    work for it; everything else falls back to the dataclass defaults. ``mup_base``: train under
+    work for it (and, with ``strategy=None``, the strategy its options call for); everything else falls back to the dataclass defaults. ``mup_base``: train under
     muP anchored at that width (``train TASK --mup``), where σ and lr were tuned.
     """
     task_cls = get_task(task)
@@ -168,6 +168,7 @@ def make_config(task: str, strategy: str = "eggroll", es: dict | None = None, en
     engine = {k: v for k, v in (engine or {}).items() if v is not None or k in _NULLABLE_ENGINE}
     options = {k: v for k, v in (options or {}).items() if v is not None}
     options = {**task_cls.option_defaults(options), **options}
+    strategy = strategy or task_cls.strategy_default(options) or "eggroll"  # None: what the task's options ask
     es_fields = {f.name for f in fields(ESConfig)}
     for k, v in task_cls.model_es_defaults(options).items():
         es.setdefault(k, v)

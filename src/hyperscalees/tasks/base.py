@@ -121,6 +121,12 @@ class AbstractTask:
         return {}
 
     @classmethod
+    def strategy_default(cls, options: dict) -> str | None:
+        """The strategy the options call for (e.g. a preset's full-rank noise), used when none is
+        given; None: the usual default."""
+        return None
+
+    @classmethod
     def defaults_help(cls) -> str:
         """What ``train TASK --help`` adds after the flags: defaults that depend on an option (the
         flag defaults shown above are the task's own); nothing by default."""

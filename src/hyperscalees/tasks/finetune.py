@@ -9,11 +9,15 @@ The prompts and their reward come from one of two places:
   set's prompts with your reward, and says so when the run starts.
 
 A step hands every member the same P training prompts (``step·P ... step·P + P - 1`` of the train
-split, so any worker and any resume asks for the same ones); the members answer in one batched
+split, so any worker and any resume asks for the same ones; with ``--train-problems N`` the same
+indices taken modulo N over a fixed set, the first N distinct training problems, so ``--prompts N``
+scores every member on the whole set every step: Qiu et al.'s deterministic objective); the members answer in one batched
 ``generate`` per chunk (``llm.RewardFitness``, the fitness every LLM path shares): greedily, or
 with ``--temperature`` sampling in which antithetic twins share their random numbers. The
 (members, P) scores are normalised per prompt across members, then averaged per member
-(``group_fitness=per_group``). A user reward runs in ``llm.SafeReward``'s worker: it is tried once
+(``group_fitness=per_group``); ``--group-fitness mean --shaping z_score`` averages them first and
+z-scores the means across the population (the global z-score of Qiu et al.). ``--preset qiu`` or
+``eggroll`` sets a published protocol (``tasks/llm_presets.py``); explicit flags override it. A user reward runs in ``llm.SafeReward``'s worker: it is tried once
 before the run starts (a reward that cannot score an empty answer is refused, with nothing
 written), its errors and timeouts are counted in every evaluation row (``reward_errors``,
 ``reward_timeouts``, ``reward_last_error``), and a step in which every call failed ends the run.
@@ -36,6 +40,7 @@ from torch import Tensor, nn
 
 from .. import llm
 from .base import AbstractTask, option
+from .llm_presets import LLM_PRESETS, get_preset
 from .problems import PROBLEM_SETS, PromptFile
 from .problems.evaluate import held_out, held_out_rewards
 
@@ -58,6 +63,11 @@ class FinetuneOptions:
     reward_timeout: float = option(10.0, "seconds a --reward call may take; a timeout, an error or a "
                                          "non-finite value scores -1 and is counted")
     prompts: int = option(4, "training prompts per step; every member answers all of them")
+    train_problems: int = option(0, "a fixed training set: the first N distinct problems of the train split, "
+                                    "cycled P a step; with --prompts N every member answers all N every step "
+                                    "(0: fresh prompts every step)", metavar="N")
+    preset: str = option("", "a published protocol's settings (explicit flags override them): " + "; ".join(
+        f"{k}: {v.describe()}" for k, v in LLM_PRESETS.items()), choices=lambda: ("", *sorted(LLM_PRESETS)))
     max_new_tokens: int = option(64, "new tokens per answer at most")
     stop: str = option("auto", "an answer ends just after this string ('' for none; auto: '</answer>' for a "
                                "problem set, none for --dataset)")
@@ -76,6 +86,13 @@ class FinetuneOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
+        if isinstance(self.train_problems, bool) or not isinstance(self.train_problems, int) \
+                or self.train_problems < 0:
+            raise ValueError(f"train_problems must be a whole number >= 0 (0: fresh prompts), got {self.train_problems!r}")
+        if self.train_problems and self.prompts > self.train_problems:
+            raise ValueError(f"prompts ({self.prompts}) exceeds train_problems ({self.train_problems}): a step would "
+                             f"score members on some problem twice; give --prompts {self.train_problems} at most")
+        get_preset(self.preset)
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature!r}")
         if not self.reward_timeout > 0:
@@ -112,6 +129,7 @@ class FinetuneTask(AbstractTask):
             raise ValueError("model must name a local model folder or .gguf file (or 'smollm2'); nothing downloads")
         self.dataset = PromptFile(o.dataset) if o.dataset else None
         self.problems = None if self.dataset else self._problem_set()
+        self.fixed_set = self._fixed_set()
         if self.dataset:
             self.metric = "reward"
         stop = ("" if self.dataset else "</answer>") if o.stop == "auto" else o.stop
@@ -158,8 +176,28 @@ class FinetuneTask(AbstractTask):
         return reward
 
     @classmethod
+    def option_defaults(cls, options: dict) -> dict:
+        """A preset's task options. Resizing a whole-set preset (``--preset qiu --train-problems 32``)
+        keeps its protocol: every member still answers the whole set every step."""
+        preset = get_preset(options.get("preset", ""))
+        if preset is None:
+            return {}
+        out = dict(preset.options)
+        whole_set = out.get("prompts") is not None and out.get("prompts") == out.get("train_problems")
+        if whole_set and options.get("train_problems"):
+            out["prompts"] = options["train_problems"]
+        return out
+
+    @classmethod
     def model_es_defaults(cls, options: dict) -> dict:
-        return {"group_fitness": "per_group"}  # scores normalised per prompt, then averaged per member
+        preset = get_preset(options.get("preset", ""))
+        # scores normalised per prompt, then averaged per member, unless a preset says otherwise
+        return {"group_fitness": "per_group", **(preset.es if preset else {})}
+
+    @classmethod
+    def strategy_default(cls, options: dict) -> str | None:
+        preset = get_preset(options.get("preset", ""))
+        return preset.strategy if preset else None
 
     # -- the model ---------------------------------------------------------------------
     def make_model(self) -> nn.Module:
@@ -181,8 +219,25 @@ class FinetuneTask(AbstractTask):
 
     # -- fitness ----------------------------------------------------------------------------
     def step_prompts(self, step: int) -> list[str]:
-        p = self.options.prompts
+        p, fixed = self.options.prompts, self.fixed_set
+        if fixed:  # indices step·P ... modulo the fixed set: with P = N, the whole set every step
+            return [fixed[(step * p + i) % len(fixed)] for i in range(p)]
         return (self.dataset or self.problems).prompts("train", step * p, p)
+
+    def _fixed_set(self) -> list[str]:
+        """``--train-problems N``: the first N distinct training prompts (refused if the split holds fewer)."""
+        n = self.options.train_problems
+        if not n:
+            return []
+        if self.dataset:
+            rows = self.dataset.splits["train"]
+            if n > len(rows):
+                raise ValueError(f"train_problems {n}: the dataset's train split holds {len(rows)} prompts")
+            return rows[:n]
+        try:
+            return [q.prompt for q in self.problems.distinct_problems("train", n)]
+        except ValueError as e:
+            raise ValueError(f"--train-problems {n}: {e}") from None
 
     def fitness(self, model: nn.Module, lo: int, hi: int, step: int = 0) -> Tensor:
         return self.reward_fitness(model, lo, hi, step)
