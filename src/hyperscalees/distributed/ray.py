@@ -13,7 +13,7 @@ replays the identical update: O(population) bits a step, never the weights.
           ◀──── RESULT(s, lo, n, fitness) ───────── (ternary or float32, CRC-32)
     decode; refuse → log, re-queue
     late chunk → copy to an idle worker
-    all chunks in → shape, update own replica
+    all chunks in → shape, send, update own replica (overlapping the workers' replay)
           ──── SHAPED(s, 0, P) [+ hash every K] ──▶ same update; hash differs → refuse work
     dead worker → re-queue its chunk, start a new actor from the coordinator's state
 
