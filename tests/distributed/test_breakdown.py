@@ -85,8 +85,11 @@ def test_ray_breaks_its_step_down_and_overlapping_the_replay_changes_no_weight(r
         backend = RayBackend(r, workers=2, chunk=8, hash_every=2)
         backend.overlap_replay = overlap
         try:
-            for _ in range(steps):
+            for i in range(steps):
+                if i == 3:
+                    backend.reset_breakdown()            # the workers forget their first 3 steps too
                 backend.step()
+            assert [g["steps"] for g in backend._read_worker_phases()] == [steps - 3] * 2
         finally:
             backend.close()
         got = params(backend)

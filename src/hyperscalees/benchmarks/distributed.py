@@ -138,7 +138,7 @@ def timed_steps(backend, steps: int, warmup: int) -> tuple[float, dict]:
     try:
         for i in range(warmup + steps):
             if i == warmup:
-                backend.phases.reset()
+                backend.reset_breakdown()
             t0 = time.perf_counter()
             backend.step()
             if i >= warmup:

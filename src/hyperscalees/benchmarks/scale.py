@@ -20,8 +20,8 @@ thread (digits, the egg LM task ``lm``, RL). SmolLM2-135M is too big to step her
 the measured replay rate of ``lm`` (seconds per multiply-add of (A⊙f)Bᵀ) times its own P·r·Σmn,
 its per-member cost a measured completion (``PER_COMPLETION``); the replay rate is measured on
 its MLP matrix. Without ``--quick`` the model is
-checked against digits on 1 and 2 Ray workers (the Ray cost per chunk is fitted on 1 worker; the
-2-worker step is predicted from it). Run: ``hyperscalees bench scale [--quick] [--json] [--plot PNG]``.
+checked against digits on 1 and 2 Ray workers (per-member cost from the workers' own timing, no
+fitted constant); what the 1-worker step has beyond its prediction is taken as Ray's cost per chunk. Run: ``hyperscalees bench scale [--quick] [--json] [--plot PNG]``.
 """
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def measure_task(name: str, steps: int, **es) -> dict:
         backend.step()                                   # warm-up
         per = []
         for _ in range(steps):
-            backend.phases.reset()
+            backend.reset_breakdown()
             backend.step()
             per.append(backend.breakdown()["driver"])
     finally:
@@ -210,20 +210,22 @@ def calibrate(quick: bool, log) -> tuple[dict[str, Costs], dict]:
 
 
 def check_on_ray(digits: Costs, log) -> dict:
-    """Digits on 1 and 2 loopback Ray workers against the model: the Ray cost per chunk fitted on 1
-    worker, the 2-worker step predicted with it (loopback: no latency, no bandwidth limit)."""
+    """Digits on 1 and 2 loopback Ray workers against the model (no latency, no bandwidth limit): the
+    per-member cost is the 1-worker run's own worker-side evaluation, the coordinator's the core's;
+    both steps are predicted, nothing is fitted. What the 1-worker step has beyond its prediction, per
+    chunk, is Ray's own cost per chunk (``ray_chunk_s``; the predictions at scale add it)."""
     from .distributed import ray_runs
     runs = ray_runs(log, names=("digits",))["digits"]
     measured = {1: runs["ray_1"][0], 2: runs["ray_2"][0]}
+    worker = runs["ray_1"][1].get("workers", {})
     chunks = -(-digits.population // 512)                  # ray_runs' digits chunk: 512 members
-    at = lambda w, x: step_time(replace(digits, latency_s=0.0, bandwidth=math.inf, byte_s=0.0, chunk_s=x,
-                                        chunks_per_worker=max(1, chunks // w)), w)
-    probe = 1e-6
-    slope = (at(1, probe) - at(1, 0.0)) / probe             # the step is linear in chunk_s while it hides
-    per_chunk = max(0.0, (measured[1] - at(1, 0.0)) / slope)
-    fitted = {w: at(w, per_chunk) for w in (1, 2)}
-    ratio = {w: fitted[w] / measured[w] for w in (1, 2)}
-    return {"measured_s": measured, "predicted_s": fitted, "ray_chunk_s": per_chunk, "ratio": ratio,
+    member_s = worker.get("evaluate", digits.member_s * 1000 * digits.population) / 1000 / digits.population
+    model = replace(digits, member_s=member_s, latency_s=0.0, bandwidth=math.inf,
+                    replay_s=max(digits.replay_s, worker.get("replay", 0.0) / 1000))
+    predicted = {w: step_time(replace(model, chunks_per_worker=max(1, chunks // w)), w) for w in (1, 2)}
+    ratio = {w: predicted[w] / measured[w] for w in (1, 2)}
+    return {"measured_s": measured, "predicted_s": predicted, "ratio": ratio, "member_s": member_s,
+            "ray_chunk_s": max(0.0, (measured[1] - predicted[1]) / (chunks + 1)),
             "within_15pct": all(abs(r - 1) <= 0.15 for r in ratio.values()),
             "breakdown_ms": {k: v[1] for k, v in runs.items()}}
 

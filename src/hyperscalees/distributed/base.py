@@ -99,6 +99,10 @@ class AbstractBackend:
         self.phases.steps += 1
         return metrics | fitness_stats(fitness)
 
+    def reset_breakdown(self) -> None:
+        """Forget the phases timed so far (the benchmarks' warm-up steps)."""
+        self.phases.reset()
+
     def breakdown(self) -> dict:
         """Mean ms per step of each phase: {"driver": {...}} (a distributed backend adds "workers")."""
         return {"driver": self.phases.per_step_ms()}

@@ -291,6 +291,11 @@ class RayBackend(AbstractBackend):
         except (self._ray.exceptions.RayError, AttributeError):
             return []
 
+    def reset_breakdown(self) -> None:
+        super().reset_breakdown()
+        for actor in self.actors.values():   # after the calls already queued on each actor
+            actor.reset_phases.remote()
+
     def breakdown(self) -> dict:
         """Mean ms per step: the driver's phases, and each phase of a worker (mean over workers)."""
         out = super().breakdown()

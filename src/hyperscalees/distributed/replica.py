@@ -81,6 +81,10 @@ class Replica:
         the worker side of the backend's step breakdown, read once at the end, not per step."""
         return {**self.phases.seconds, "steps": self.phases.steps}
 
+    def reset_phases(self) -> None:
+        """Start the breakdown afresh (after warm-up steps), in order with the calls before it."""
+        self.phases.reset()
+
     @property
     def step(self) -> int:
         return self.es.step
