@@ -49,7 +49,7 @@ def test_adapters_leave_the_model_unchanged_and_evolve_only_a_and_b():
     assert evolved_numbers(es) == 2 * (5 + 16) + 2 * (16 + 16)
     frozen = {k: v.clone() for k, v in model.state_dict().items() if "lora" not in k}
     for _ in range(3):
-        es.tell(hs.evaluate(es, lambda m, lo, hi: fitness(m, lo, hi, es.step)))
+        es.tell(hs.evaluate(es, lambda m, lo, hi, step: fitness(m, lo, hi, step)))
     assert all(torch.equal(model.state_dict()[k], v) for k, v in frozen.items())
     assert model.hidden.lora_B.weight.abs().sum() > 0
 
@@ -57,7 +57,7 @@ def test_adapters_leave_the_model_unchanged_and_evolve_only_a_and_b():
 def test_adapter_members_are_exact():
     model, es_map = adapted()
     es = hs.EGGROLL(model, population=P, sigma=0.05, lr=0.05, es_map=es_map)
-    es.tell(hs.evaluate(es, lambda m, lo, hi: fitness(m, lo, hi, 0)))  # B no longer zero
+    es.tell(hs.evaluate(es, lambda m, lo, hi, step: fitness(m, lo, hi, 0)))  # B no longer zero
     x = torch.randn(4, 5)
     with es.perturbed():
         y = model(x.repeat(P, 1)).view(P, 4, 3)
@@ -69,7 +69,7 @@ def test_adapter_members_are_exact():
 def test_adapter_resume_is_bit_identical_and_merge_gives_plain_layers():
     def steps(es, n):
         for _ in range(n):
-            es.tell(hs.evaluate(es, lambda m, lo, hi: fitness(m, lo, hi, es.step)))
+            es.tell(hs.evaluate(es, lambda m, lo, hi, step: fitness(m, lo, hi, step)))
     full_model, es_map = adapted()
     full = hs.EGGROLL(full_model, population=P, sigma=0.05, lr=0.05, es_map=es_map, seed=4)
     steps(full, 4)
@@ -108,7 +108,7 @@ def test_norms_and_biases_only():
     assert evolved_numbers(es) == 16 + 32 + 16 + 3
     assert set(norms_and_biases(model, biases=False)) == {"*", "norm.weight", "norm.bias"}
     weights = {k: v.clone() for k, v in model.state_dict().items() if k.endswith("weight") and "norm" not in k}
-    es.tell(hs.evaluate(es, lambda m, lo, hi: fitness(m, lo, hi, 0)))
+    es.tell(hs.evaluate(es, lambda m, lo, hi, step: fitness(m, lo, hi, 0)))
     assert all(torch.equal(model.state_dict()[k], v) for k, v in weights.items())
     x = torch.randn(4, 5)
     with es.perturbed():

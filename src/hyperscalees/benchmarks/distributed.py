@@ -10,9 +10,11 @@ Three measurements, one table:
   ``chunk_ms`` per chunk and answer with pre-encoded messages. The coordinator thread's CPU
   time per step (``time.thread_time``) is its overhead; chunks / that time is how many chunk
   results per second it could absorb.
-- ``ray`` (not with ``--quick``): steps/s of the same training run in-process, on 1 and on 2 Ray
-  worker actors (a local loopback Ray), side by side in this process. On a shared machine this
-  is noisy; the load average is reported with it.
+- ``ray`` (not with ``--quick``): ms per step of two workloads (digits, ~100 ms steps; population
+  generation of a tiny random-weight Llama, >= 1 s steps) in-process and on 1 and 2 Ray worker
+  actors (a local loopback Ray), side by side in this process, each step broken down by phase
+  (driver: evaluate, wait, wire, shape, replay, hash; workers: evaluate, wire, replay, hash).
+  On a shared machine this is noisy; the load average is reported with it.
 
 Run: ``hyperscalees bench distributed [--quick] [--json]``.
 """
@@ -93,32 +95,93 @@ def coordinator_step(n_chunks: int, members: int, workers: int, chunk_ms: float,
     return cpu, wall
 
 
-def ray_speedup(log, steps: int = 6, warmup: int = 2) -> dict:
-    """Seconds per step of one digits run in-process, on 1 and on 2 Ray workers (same chunks)."""
-    from ..distributed.ray import RayBackend, RayConfig, start_ray, stop_ray
+def letter_a(prompt: str, completion: str) -> float:
+    """The LLM workload's reward: any number will do, the benchmark times the step, not learning."""
+    return completion.count("a") - 0.1 * len(completion)
+
+
+class LLMRecipe:
+    """Population generation of a tiny random-weight Llama (``llm.shapes``): a step of about a second
+    or more, importable by Ray workers (it lives in the package)."""
+
+    def __init__(self, population: int = 64, tokens: int = 32, hidden: int = 128, layers: int = 2):
+        self.population, self.tokens, self.hidden, self.layers = population, tokens, hidden, layers
+
+    def __call__(self):
+        from .. import EGGROLL, llm
+        from ..llm.shapes import random_causal_lm
+        model, tok = random_causal_lm("llama", hidden=self.hidden, layers=self.layers, vocab=256)
+        es = EGGROLL(model, population=self.population, sigma=0.05, lr=0.02, es_map=llm.evolving(model),
+                     group_fitness="per_group")
+        return es, llm.RewardFitness(tok, self.prompts, letter_a, llm.Sampling(max_new_tokens=self.tokens))
+
+    @staticmethod
+    def prompts(step: int) -> list[str]:
+        return ["12+3=", "ab"] if step % 2 else ["hello", "7*6="]
+
+
+def workloads(names=("digits", "llm")) -> dict:
+    """name -> (recipe, chunk): digits (~100 ms steps) and LLM population generation (>= 1 s steps)."""
     from ..engine import make_config
     from ..engine.recipe import TaskRecipe
+    made = {}
+    if "digits" in names:
+        made["digits"] = (TaskRecipe(make_config("digits", es={"seed": 0}).to_dict()), 512)
+    if "llm" in names:
+        made["llm"] = (LLMRecipe(), 16)
+    return made
 
-    cfg = make_config("digits", es={"seed": 0}, engine={"steps": warmup + steps, "chunk": 512})
+
+def timed_steps(backend, steps: int, warmup: int) -> tuple[float, dict]:
+    """(median seconds per step after ``warmup``, the backend's breakdown over the timed steps)."""
+    times = []
+    try:
+        for i in range(warmup + steps):
+            if i == warmup:
+                backend.reset_breakdown()
+            t0 = time.perf_counter()
+            backend.step()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    finally:
+        backend.close()
+    return sorted(times)[len(times) // 2], backend.breakdown()
+
+
+def ray_runs(log, names=("digits", "llm"), steps: int = 6, warmup: int = 2) -> dict:
+    """{workload: {run: (s/step, breakdown)}}: in-process with 1 thread (each Ray worker has one) and
+    with torch's threads, on 1 and 2 Ray workers, and on 2 with the driver replaying the update
+    before sending it (the order before the cut) beside the overlapped order."""
+    from ..distributed.ray import RayBackend, RayConfig, start_ray, stop_ray
     start_ray(RayConfig(workers=2, temp_dir=tempfile.mkdtemp(prefix="hsr", dir="/tmp")))
-    out = {}
-    recipe = TaskRecipe(cfg.to_dict())
-    for name, make in (("local", LocalBackend), ("ray_1", lambda r, chunk: RayBackend(r, workers=1, chunk=chunk)),
-                       ("ray_2", lambda r, chunk: RayBackend(r, workers=2, chunk=chunk))):
-        backend = make(recipe, chunk=cfg.engine.chunk)
-        try:
-            times = []
-            for i in range(warmup + steps):
-                t0 = time.perf_counter()
-                backend.step()
-                if i >= warmup:
-                    times.append(time.perf_counter() - t0)
-        finally:
-            backend.close()
-        out[name] = sorted(times)[len(times) // 2]
-        log(f"  {name}: {out[name] * 1000:.0f} ms/step")
-    stop_ray()
+    threads, out = torch.get_num_threads(), {}
+    runs = {"local_1thread": lambda r, c: LocalBackend(r, chunk=c), "local": lambda r, c: LocalBackend(r, chunk=c),
+            "ray_1": lambda r, c: RayBackend(r, workers=1, chunk=c),
+            "ray_2": lambda r, c: RayBackend(r, workers=2, chunk=c),
+            "ray_2_replay_first": lambda r, c: RayBackend(r, workers=2, chunk=c)}
+    try:
+        for name, (recipe, chunk) in workloads(names).items():
+            out[name] = {}
+            for run_name, make in runs.items():
+                torch.set_num_threads(1 if run_name == "local_1thread" else threads)
+                backend = make(recipe, chunk)
+                backend.overlap_replay = run_name != "ray_2_replay_first"
+                out[name][run_name] = timed_steps(backend, steps, warmup)
+                log(f"  {name} {run_name}: {out[name][run_name][0] * 1000:.0f} ms/step")
+    finally:
+        torch.set_num_threads(threads)
+        stop_ray()
     return out
+
+
+def breakdown_rows(rep: Report, runs: dict) -> None:
+    """One row per workload, run and phase (driver and worker side), ms per step."""
+    for name, by_run in runs.items():
+        for run_name, (seconds, parts) in by_run.items():
+            rep.rows.append(["ray", f"{name} {run_name}", seconds * 1000, "ms/step"])
+            for side, phases in parts.items():
+                for phase, ms in phases.items():
+                    rep.rows.append(["breakdown", f"{name} {run_name} {side} {phase}", ms, "ms/step"])
 
 
 def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
@@ -150,11 +213,18 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
     rep.summary["coordinator_sustained_results_per_s"] = max(sustained)
     if c["ray"]:
         load0 = os.getloadavg()[0]
-        t = ray_speedup(log)
+        runs = ray_runs(log)
+        breakdown_rows(rep, runs)
+        t = {k: v[0] for k, v in runs["digits"].items()}
         rep.summary.update(local_ms_per_step=t["local"] * 1000, ray1_ms_per_step=t["ray_1"] * 1000,
                            ray2_ms_per_step=t["ray_2"] * 1000, speedup_2_over_1=t["ray_1"] / t["ray_2"],
                            load_average=[load0, os.getloadavg()[0]])
-        rep.notes.append("ray: digits, population 2048, chunk 512, median of 6 steps after 2; every process shares "
+        rep.details["ray"] = {w: {r: {"ms_per_step": v[0] * 1000, "breakdown_ms": v[1]} for r, v in by.items()}
+                              for w, by in runs.items()}
+        rep.notes.append("ray: digits (population 2048, chunk 512) and LLM population generation (tiny random "
+                         "Llama, 64 members x 2 prompts x 32 tokens, chunk 16), median of 6 steps after 2; "
+                         "local_1thread has one torch thread, as each Ray worker; ray_2_replay_first: the driver "
+                         "replays the update before sending it (the order before the cut); every process shares "
                          f"this machine's {os.cpu_count()} cores (load average before/after in load_average)")
     rep.notes.append(f"simulated workers: threads sleeping {c['chunk_ms']} ms per chunk; coordinator CPU is "
                      "time.thread_time of its thread (queue, decode, concatenation, shaped encode)")

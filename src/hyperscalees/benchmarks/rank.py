@@ -112,7 +112,7 @@ def fixed_problem(c: dict, device: str):
     grads = torch.autograd.grad(loss, list(probe.parameters()))
     names = [n for n, _ in probe.named_parameters()]
     truth = torch.cat([-g.reshape(-1) for g in grads]).double()   # ∇ of the fitness −CE
-    return model, (lambda m, lo, hi: task.fitness(m, lo, hi, 0)), names, truth
+    return model, (lambda m, lo, hi, step: task.fitness(m, lo, hi, 0)), names, truth
 
 
 def estimate(model, fitness, names, method: str, rank: int, population: int, antithetic: bool, seed: int,

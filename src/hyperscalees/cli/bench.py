@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 BENCHMARKS = ("throughput", "population", "calls", "gpu", "distributed", "int8", "llm-generate", "rank",
-              "population-loss")
+              "population-loss", "scale")
 # CLI names that are not the module's name under hyperscalees.benchmarks (a module name has no hyphen).
 MODULES = {"llm-generate": "llm_generate", "population-loss": "population_loss"}
 # Benchmarks whose default --device is cuda when it is available (the others default to cpu).
@@ -31,7 +31,7 @@ CUDA_FIRST = frozenset({"gpu"})
 # Flags only some benchmarks take, passed on to their run(): flag -> those benchmarks.
 OWN_FLAGS = {"dtype": frozenset({"gpu"}), "repeats": frozenset({"gpu"}), "models": frozenset({"llm-generate"}),
              "seeds": frozenset({"rank", "population-loss"}), "budget": frozenset({"population-loss"}),
-             "plot": frozenset({"rank", "population-loss"}), "runs_dir": frozenset({"rank", "population-loss"}),
+             "plot": frozenset({"rank", "population-loss", "scale"}), "runs_dir": frozenset({"rank", "population-loss"}),
              "settings": frozenset({"rank", "population-loss"})}
 LLM_GENERATE_MODELS = ("llama", "gpt2", "smollm2-135m")  # = benchmarks.llm_generate.MODELS (a test checks)
 # The project's studies, which live in bench/ of a source checkout: name -> how to run them instead.
@@ -63,7 +63,7 @@ class _Name(argparse.Action):
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="measure on your own hardware: ES cost against inference, population "
-                              "scaling, RL calls, a GPU step, distributed ES, int8, LLM population generation",
+                              "scaling, RL calls, a GPU step, distributed ES, int8, LLM population generation, scaling to 10,000 workers",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=BENCHMARKS + tuple(MOVED), metavar="NAME", action=_Name,
                    help=f"{' | '.join(BENCHMARKS)} (the studies {', '.join(MOVED)} run from bench/ in a checkout)")
@@ -87,7 +87,8 @@ def _add_training_flags(p) -> None:
                    help="population-loss only: the wall clock of each run in its fixed-time mode")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
                    help="rank, population-loss: draw the held-out metric against steps and seconds (rank: and the "
-                        "cosine against population) to this PNG (needs matplotlib)")
+                        "cosine against population) to this PNG; scale: predicted efficiency against workers "
+                        "(default: a temp file) (needs matplotlib)")
     p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
                    help="rank, population-loss: keep every training run's directory under DIR")
     p.add_argument("--settings", default=None, metavar="JSON",

@@ -15,12 +15,47 @@ applies the same update to the same state, backends differ in speed, never in th
 """
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+
 from torch import Tensor
 
 from ..nn.evaluate import check_chunk
 from ..strategies.metrics import StepMetrics
 from ..strategies.shaping import check_fitness, fitness_stats
 from .recipe import Recipe, cook
+
+
+class PhaseTimes:
+    """Seconds spent in each named phase of a step, summed over the steps taken.
+
+    Why: a distributed step is only worth its overhead when that overhead is known; every
+    backend times the same phases (evaluate, shape, update) so they can be set side by side,
+    and a backend that has more to say (Ray: waiting, wire, replay) adds its own names.
+    """
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.steps = 0
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    @contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
+
+    def per_step_ms(self) -> dict[str, float]:
+        """Mean milliseconds per step of each phase ({} before the first step)."""
+        return {k: 1000 * v / self.steps for k, v in self.seconds.items()} if self.steps else {}
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.steps = 0
 
 
 class AbstractBackend:
@@ -33,6 +68,7 @@ class AbstractBackend:
         self.es, self.fitness = cook(recipe)
         self.chunk = None if chunk is None else check_chunk(chunk, self.es.population)
         self.last_fitness = None
+        self.phases = PhaseTimes()
 
     @property
     def model(self):
@@ -53,9 +89,23 @@ class AbstractBackend:
 
     def step(self) -> StepMetrics:
         """One ES step: evaluate, shape on the driver, update everywhere; the step's metrics."""
-        fitness = check_fitness(self.evaluate(), self.es.population)
+        with self.phases("evaluate"):
+            fitness = check_fitness(self.evaluate(), self.es.population)
         self.last_fitness = fitness  # (P,) or (P, G) raw scores of the step just taken, on the device
-        return self.update(self.es.shape(fitness)) | fitness_stats(fitness)
+        with self.phases("shape"):
+            shaped = self.es.shape(fitness)
+        with self.phases("update"):
+            metrics = self.update(shaped)
+        self.phases.steps += 1
+        return metrics | fitness_stats(fitness)
+
+    def reset_breakdown(self) -> None:
+        """Forget the phases timed so far (the benchmarks' warm-up steps)."""
+        self.phases.reset()
+
+    def breakdown(self) -> dict:
+        """Mean ms per step of each phase: {"driver": {...}} (a distributed backend adds "workers")."""
+        return {"driver": self.phases.per_step_ms()}
 
     def reload(self) -> None:
         """The driver's model or strategy changed outside an update (a restart): replicas take its

@@ -13,7 +13,7 @@ replays the identical update: O(population) bits a step, never the weights.
           ◀──── RESULT(s, lo, n, fitness) ───────── (ternary or float32, CRC-32)
     decode; refuse → log, re-queue
     late chunk → copy to an idle worker
-    all chunks in → shape, update own replica
+    all chunks in → shape, send, update own replica (overlapping the workers' replay)
           ──── SHAPED(s, 0, P) [+ hash every K] ──▶ same update; hash differs → refuse work
     dead worker → re-queue its chunk, start a new actor from the coordinator's state
 
@@ -50,6 +50,7 @@ class RayBackend(AbstractBackend):
 
     name = "ray"
     Config = RayConfig
+    overlap_replay = True  # workers are sent the update before the driver replays it (False: after; to measure)
 
     def __init__(self, recipe, config: RayConfig | None = None, *, chunk: int | None = None,
                  replica: type = Replica, **options):
@@ -75,6 +76,7 @@ class RayBackend(AbstractBackend):
         self._workers_at_close = 0
         self._ray = None
         self._state = (None, None)                    # (step, object ref) of the shared state
+        self._worker_phases: list[dict] = []           # the workers' phase_times(), read at close
 
     # -- life cycle ------------------------------------------------------------------------
     @property
@@ -136,6 +138,7 @@ class RayBackend(AbstractBackend):
         if self._ray is None:
             return
         self._workers_at_close = len(self.actors)
+        self._worker_phases = self._read_worker_phases()
         for actor in self.actors.values():
             self._ray.kill(actor)
         self.actors.clear()
@@ -164,9 +167,11 @@ class RayBackend(AbstractBackend):
                 raise RuntimeError(f"step {queue.step}: chunks missing but none running and no worker to run them")
             # an idle worker may take a straggler's chunk once it is late: poll; else wait for a result
             timeout = 0.01 if len(busy) < len(self.actors) else None
-            ready, _ = self._ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
-            for ref in ready:
-                self._collect(ref, queue)
+            with self.phases("wait"):
+                ready, _ = self._ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
+            with self.phases("wire"):
+                for ref in ready:
+                    self._collect(ref, queue)
         self.step_times[es.step] = time.perf_counter() - t0
         results = queue.results()
         added = [state for _, state in results]
@@ -220,18 +225,30 @@ class RayBackend(AbstractBackend):
         queue.complete(c.index, slot, (msg.values, added))
 
     def update(self, shaped):
+        """Send the shaped vector, then replay it here while the workers do (``overlap_replay``);
+        the hash every ``hash_every`` steps follows as its own call, which an actor runs in order."""
         es = self.es
-        shaped = torch.as_tensor(shaped).float().cpu().reshape(-1)
-        encoding = wire.TERNARY if wire.ternary_scale(shaped) is not None else wire.F32
-        message = wire.encode(wire.SHAPED, es.step, 0, shaped, encoding)  # lossless either way
-        metrics = es.update(shaped)
-        k = self.config.hash_every
-        expected = state_hash(es.model) if k and es.step % k == 0 else None
+        with self.phases("wire"):
+            shaped = torch.as_tensor(shaped).float().cpu().reshape(-1)
+            encoding = wire.TERNARY if wire.ternary_scale(shaped) is not None else wire.F32
+            message = wire.encode(wire.SHAPED, es.step, 0, shaped, encoding)  # lossless either way
         state = fitness_state(self.fitness)
         state = self._ray.put(state) if state else None  # merged: every chunk's share
+        if not self.overlap_replay:
+            with self.phases("replay"):
+                metrics = es.update(shaped)
         for slot, actor in self.actors.items():
-            self.updates.append((slot, self.generation[slot], actor.update.remote(message, expected, state)))
+            self.updates.append((slot, self.generation[slot], actor.update.remote(message, None, state)))
             self.bytes_out += len(message)
+        if self.overlap_replay:
+            with self.phases("replay"):
+                metrics = es.update(shaped)
+        k = self.config.hash_every
+        if k and es.step % k == 0:
+            with self.phases("hash"):
+                expected = state_hash(es.model)
+            for slot, actor in self.actors.items():
+                self.updates.append((slot, self.generation[slot], actor.check_hash.remote(expected)))
         return metrics
 
     def reload(self) -> None:
@@ -265,10 +282,34 @@ class RayBackend(AbstractBackend):
                             slot, first_line(e.cause if e.cause is not None else e))
         self.updates = keep
 
+    def _read_worker_phases(self) -> list[dict]:
+        """Every live worker's ``phase_times()`` (one call each, at the end; [] if they cannot answer)."""
+        if self._ray is None or not self.actors:
+            return self._worker_phases
+        try:
+            return self._ray.get([a.phase_times.remote() for a in self.actors.values()], timeout=30)
+        except (self._ray.exceptions.RayError, AttributeError):
+            return []
+
+    def reset_breakdown(self) -> None:
+        super().reset_breakdown()
+        for actor in self.actors.values():   # after the calls already queued on each actor
+            actor.reset_phases.remote()
+
+    def breakdown(self) -> dict:
+        """Mean ms per step: the driver's phases, and each phase of a worker (mean over workers)."""
+        out = super().breakdown()
+        got = self._read_worker_phases() if self.actors else self._worker_phases
+        steps = self.phases.steps
+        if got and steps:
+            names = {k for g in got for k in g if k != "steps"}
+            out["workers"] = {k: 1000 * sum(g.get(k, 0.0) for g in got) / len(got) / steps for k in sorted(names)}
+        return out
+
     def report(self) -> dict:
         """What the coordinator counted over the run."""
         c = self.counters
         return {"workers": len(self.actors) or self._workers_at_close, "assigned": c.assigned, "reissued": c.reissued,
                 "duplicates": c.duplicates, "failed": c.failed, "requeued": c.requeued, "rejected": self.rejected,
                 "drift_repairs": self.drift_repairs, "restarts": self.restarts, "bytes_in": self.bytes_in,
-                "bytes_out": self.bytes_out, "median_chunk_s": self.times.median}
+                "bytes_out": self.bytes_out, "median_chunk_s": self.times.median, "breakdown_ms": self.breakdown()}

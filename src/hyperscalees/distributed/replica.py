@@ -27,6 +27,7 @@ import torch
 from ..nn.evaluate import check_chunk_fitness
 from ..strategies.shaping import SHAPINGS
 from . import wire
+from .base import PhaseTimes
 from .recipe import Recipe, cook, fitness_state, load_fitness_state
 
 
@@ -68,11 +69,21 @@ class Replica:
         self.model = self.es.model
         self.ternary = ternary_results(self.es)
         self.drifted: str | None = None
+        self.phases = PhaseTimes()   # this worker's evaluate / wire / replay / hash seconds
         if state is not None:
             self.load(state)
 
     def ready(self) -> int:
         return os.getpid()
+
+    def phase_times(self) -> dict:
+        """Seconds this replica spent per phase so far ({name: seconds}) and its updates ("steps"):
+        the worker side of the backend's step breakdown, read once at the end, not per step."""
+        return {**self.phases.seconds, "steps": self.phases.steps}
+
+    def reset_phases(self) -> None:
+        """Start the breakdown afresh (after warm-up steps), in order with the calls before it."""
+        self.phases.reset()
 
     @property
     def step(self) -> int:
@@ -94,19 +105,23 @@ class Replica:
         """
         if self.drifted:
             raise ReplicaDrift(self.drifted)
-        with self.es.perturbed((lo, hi)):
+        with self.phases("evaluate"), self.es.perturbed((lo, hi)):
             f = check_chunk_fitness(self.fitness(self.model, lo, hi, self.es.step), lo, hi).cpu()
         added = self.fitness.chunk_state() if hasattr(self.fitness, "chunk_state") else None
-        encoding = wire.F32
-        if self.ternary and f.dim() == 1 and bool(torch.isfinite(f).all()):
-            f, encoding = self.es.strategy.shaping(f), wire.TERNARY  # exact: see ternary_results
-        return wire.encode(wire.RESULT, self.es.step, lo, f, encoding), added
+        with self.phases("wire"):
+            encoding = wire.F32
+            if self.ternary and f.dim() == 1 and bool(torch.isfinite(f).all()):
+                f, encoding = self.es.strategy.shaping(f), wire.TERNARY  # exact: see ternary_results
+            return wire.encode(wire.RESULT, self.es.step, lo, f, encoding), added
 
     def update(self, message: bytes, expected_hash: str | None = None, fitness_state: dict | None = None) -> str | None:
         """Apply the SHAPED message of this step; with ``expected_hash``, compare the result.
         ``fitness_state``: the coordinator's fitness state after the step (every chunk merged)."""
-        msg = wire.decode(message, wire.SHAPED, self.es.step, 0, self.es.population)
-        self.es.update(msg.values)
+        with self.phases("wire"):
+            msg = wire.decode(message, wire.SHAPED, self.es.step, 0, self.es.population)
+        with self.phases("replay"):
+            self.es.update(msg.values)
+        self.phases.steps += 1
         load_fitness_state(self.fitness, fitness_state)
         return self.check_hash(expected_hash)
 
@@ -114,7 +129,8 @@ class Replica:
         """This replica's hash; a mismatch with ``expected_hash`` marks it drifted until it is re-sent the state."""
         if expected_hash is None:
             return None
-        mine = state_hash(self.model)
+        with self.phases("hash"):
+            mine = state_hash(self.model)
         if mine != expected_hash:
             self.drifted = (f"parameters after step {self.es.step} hash to {mine[:12]}, the coordinator's to "
                             f"{expected_hash[:12]}")

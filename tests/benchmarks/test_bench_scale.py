@@ -1,0 +1,67 @@
+"""bench scale: the scaling model's algebra (pure functions) and a --quick run's keys."""
+import json
+
+import pytest
+
+from hyperscalees.benchmarks.scale import WORKERS, Costs, bottleneck, efficiency, phases, predict, step_time
+from hyperscalees.cli.main import main
+
+
+def test_with_no_overheads_and_whole_pairs_per_worker_efficiency_is_one():
+    c = Costs(population=1024, member_s=0.01)
+    for w in (1, 2, 4, 8, 64, 512):
+        assert efficiency(c, w) == pytest.approx(1.0)
+        assert bottleneck(c, w) == "evaluation"
+    assert step_time(c, 4) == pytest.approx(1024 * 0.01 / 4)
+
+
+def test_the_phases_sum_to_the_step_and_bad_inputs_are_named():
+    c = Costs(1000, 0.002, replay_s=0.05, shape_s=0.001, chunk_s=1e-4, byte_s=1e-9, latency_s=1e-4, bandwidth=1e8,
+              update_bytes=400)
+    for w in (1, 3, 10, 999):
+        assert sum(phases(c, w).values()) == pytest.approx(step_time(c, w))
+        assert all(v >= 0 for v in phases(c, w).values())
+    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
+        phases(c, 0)
+    with pytest.raises(ValueError, match="population must be >= 2"):
+        Costs(1, 0.1)
+
+
+def test_replay_bounds_efficiency_as_workers_grow():
+    c = Costs(population=4096, member_s=0.01, replay_s=0.5)
+    t1 = step_time(c, 1)
+    effs = [efficiency(c, w) for w in WORKERS]
+    assert all(a >= b for a, b in zip(effs, effs[1:]))               # never better with more workers
+    for w in WORKERS:
+        assert efficiency(c, w) <= t1 / (w * c.replay_s) + 1e-12      # every step pays one whole replay
+    assert bottleneck(c, 2) == "evaluation" and bottleneck(c, 1000) == "replay"
+
+
+def test_fewer_pairs_than_workers_idle_them_and_a_costly_coordinator_shows():
+    c = Costs(population=64, member_s=0.01)                         # 32 pairs
+    assert phases(c, 128)["granularity"] == pytest.approx(0.02 - 64 * 0.01 / 128)
+    assert efficiency(c, 128) == pytest.approx(0.25) and bottleneck(c, 128) == "granularity"
+    slow = Costs(population=8192, member_s=1e-4, chunk_s=1e-3)
+    assert bottleneck(slow, 1000) == "coordinator"
+    assert phases(slow, 1000)["coordinator"] >= (2000 + 1000) * 1e-3 / 2   # at least the last round of chunks
+    p = predict(slow, (1, 10))
+    assert set(p) == {"step_s", "efficiency", "bottleneck"} and p["efficiency"][1] == 1.0
+
+
+def test_quick_run_prints_efficiency_and_bottleneck_by_workers_and_a_plot(capsys, tmp_path):
+    png = tmp_path / "scale.png"
+    assert main(["bench", "scale", "--quick", "--json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    names = {"smollm2-countdown", "egg-lm", "rl"}
+    assert set(out["efficiency_by_workers"]) == names == set(out["bottleneck_by_workers"])
+    for name in names:
+        eff, neck = out["efficiency_by_workers"][name], out["bottleneck_by_workers"][name]
+        assert list(eff) == [str(w) for w in WORKERS] == list(neck)
+        assert eff["1"] == 1.0 and all(0 < e <= 1.0 + 1e-9 for e in eff.values())
+        assert set(neck.values()) <= {"evaluation", "granularity", "coordinator", "wire", "shape", "replay"}
+    assert png.is_file() and png.stat().st_size > 0 and out["plot"] == str(png)
+
+
+def test_plot_is_refused_for_other_benchmarks(capsys, tmp_path):
+    assert main(["bench", "distributed", "--quick", "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--plot applies to scale only" in capsys.readouterr().err
