@@ -64,4 +64,4 @@ def test_quick_run_prints_efficiency_and_bottleneck_by_workers_and_a_plot(capsys
 
 def test_plot_is_refused_for_other_benchmarks(capsys, tmp_path):
     assert main(["bench", "distributed", "--quick", "--plot", str(tmp_path / "x.png")]) == 2
-    assert "--plot applies to scale only" in capsys.readouterr().err
+    assert "--plot applies to population-loss | rank | scale only" in capsys.readouterr().err

@@ -72,10 +72,17 @@ def test_engine_flags_round_trip(name):
     assert getattr(cfg.engine, name) == value
 
 
+OPTION_NEEDS = {"dataset": ["--reward", "r.py:score"]}  # flags an option is refused without
+
+
 @pytest.mark.parametrize("task,name", [(t, f.name) for t, cls in TASKS.items() for f in fields(cls.Options)])
-def test_task_option_flags_round_trip(task, name):
+def test_task_option_flags_round_trip(task, name, tmp_path, monkeypatch):
+    if name == "dataset":  # a file it can read, with prompts to train on and to hold out
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "p.jsonl").write_text("".join(f'{{"prompt": "{i}+2="}}\n' for i in range(64)))
     text, value = OPTION_VALUES[name]
     argv = [flag(name), text] if text is not None else ["--no-" + flag(name)[2:]]  # a switch on by default
+    argv += OPTION_NEEDS.get(name, [])
     cfg = config_from_args(parse("train", task, *argv))
     assert cfg.options[name] == value and cfg.task == task
 
