@@ -43,7 +43,8 @@ OPTION_VALUES = {"task": ("arithmetic", "arithmetic"), "task_options": ('{"max_n
                  "sample_every": ("0", 0), "sample_tokens": ("12", 12), "temperature": ("0.9", 0.9),
                  "min_p": ("0.5", 0.5), "presence_penalty": ("1.5", 1.5), "ntt": ("wht", "wht"),
                  "init": ("bigram", "bigram"), "train_problems": ("5", 5), "preset": ("eggroll", "eggroll"),
-                 "dataset": ("p.jsonl", "p.jsonl"), "export": (None, False)}
+                 "dataset": ("p.jsonl", "p.jsonl"), "export": (None, False), "subspace": ("16", 16),
+                 "adapters": ("2", 2)}
 
 
 def parse(*argv):

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..nn.select import evolved_numbers
 from ..distributed import AbstractBackend, LocalBackend
 from ..tasks import AbstractTask
 from .checkpoint import checkpoint_step, has_checkpoint, load_checkpoint_config, remove_orphans, save_checkpoint
@@ -351,4 +352,4 @@ def _summary(cfg, task: AbstractTask, es, out: Path | None, metrics: dict, stopp
     return {"task": cfg.task, "strategy": cfg.strategy, "steps": es.step, "target_steps": cfg.engine.steps,
             "stopped": stopped, "metric": task.metric, "metrics": metrics, "solved": task.solved(metrics),
             "device": str(cfg.engine.resolved_device), "wall_time": round(time.perf_counter() - t0, 3),
-            "paths": paths, "notes": notes}
+            "evolved_numbers": evolved_numbers(es), "paths": paths, "notes": notes}

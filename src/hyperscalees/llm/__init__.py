@@ -18,10 +18,11 @@ from .es import EGGROLL
 from .fitness import RewardFailedError, RewardFitness
 from .generate import Generations, Sampling, complete, generate
 from .reward import RewardLoadError, SafeReward
-from .select import evolving
+from .select import evolving, what_evolves
 
 __all__ = ["EGGROLL", "Generations", "RewardFailedError", "RewardFitness", "RewardLoadError", "SafeReward",
-           "Sampling", "complete", "evolving", "generate", "load_causal_lm", "save_pretrained", "smollm2_path"]
+           "Sampling", "complete", "evolving", "generate", "load_causal_lm", "save_pretrained", "smollm2_path",
+           "what_evolves"]
 
 
 def __getattr__(name):  # transformers loads only when a model is loaded or saved

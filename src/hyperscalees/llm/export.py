@@ -4,7 +4,8 @@ The folder loads with plain ``transformers`` (``AutoModelForCausalLM.from_pretra
 no trace of hyperscalees in it but ``hyperscalees.json`` (step, member, what evolved). It is
 written beside the target and renamed into place, so a crash leaves the old folder or none,
 never half of one. With ``es`` and ``member``, the member's own weights W + E_i are exported
-(``es.materialized``): "export the best member".
+(``es.materialized``): "export the best member". A model carrying adapters or a subspace
+(``llm.what_evolves``) is saved merged into plain weights; the model itself is left as it is.
 """
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ import shutil
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
+
+from ..nn.select import holds_small_set, merged_copy
+
+
+def plain_weights(model):
+    """``model`` itself, or a merged copy where adapters or a subspace would not load in transformers."""
+    return merged_copy(model) if holds_small_set(model) else model
 
 
 def save_pretrained(model, tokenizer, path, *, es=None, member: int | None = None, overwrite: bool = False) -> Path:
@@ -28,7 +36,7 @@ def save_pretrained(model, tokenizer, path, *, es=None, member: int | None = Non
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         with es.materialized(member) if member is not None else nullcontext():
-            model.save_pretrained(tmp, safe_serialization=True)
+            plain_weights(model).save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         info = {"format": "hyperscalees export 1", "member": member,

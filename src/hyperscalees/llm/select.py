@@ -6,6 +6,10 @@ evolve only the matrices inside the blocks, at rank 1, and freeze the rest; that
 default here: every weight of a low-rank-capable layer (Linear, GPT-2's Conv1D, any layer
 registered with low-rank weights) except the input embedding and the output head, biases
 frozen. ``include`` / ``exclude`` (glob patterns over parameter names) narrow or widen it.
+
+:func:`what_evolves` is the one place that picks among that default and the small sets zeroth-order
+search can afford (a random subspace, adapters, norms and biases; ``nn/subspace.py``,
+``nn/adapters.py``, ``nn/select.py``): ``train llm --subspace/--adapters/--evolve`` read it.
 """
 from __future__ import annotations
 
@@ -14,8 +18,11 @@ from typing import Iterable
 
 from torch import nn
 
+from ..nn.adapters import add_adapters
 from ..nn.es_map import owned_parameters
 from ..nn.layers import layer_for
+from ..nn.select import norms_and_biases
+from ..nn.subspace import install_subspace
 
 # Weights a known model reads outside its module's forward (the perturbation could not reach them):
 # RWKV-7's decay projection w_lora.lora.2 is applied by the time-mix through F.linear directly.
@@ -64,3 +71,20 @@ def evolving(model: nn.Module, include: Iterable[str] | None = None, exclude: It
     if not chosen:
         raise ValueError("nothing left to evolve: include/exclude removed every parameter")
     return {"*": "excluded", **{n: mode for n in chosen}}
+
+
+def what_evolves(model: nn.Module, *, subspace: int = 0, adapters: int = 0, evolve: Iterable[str] | None = None,
+                 seed: int = 0) -> dict[str, str]:
+    """The ``es_map`` of one choice: a ``subspace`` of K numbers, ``adapters`` of that rank (both change
+    ``model`` in place, seeded by ``seed``, so every worker builds the same), ``evolve=["norms"]`` (norm
+    layers' weights and biases), ``evolve`` glob patterns, or the block matrices (:func:`evolving`)."""
+    evolve = list(evolve or [])
+    if sum(map(bool, (subspace, adapters, evolve))) > 1:
+        raise ValueError("subspace, adapters and evolve each choose what evolves: give one of them")
+    if subspace:
+        return install_subspace(model, subspace, seed=seed)
+    if adapters:  # a module read outside its forward cannot carry an adapter either
+        return add_adapters(model, adapters, exclude=[p.rsplit(".", 1)[0] for p in READ_OUTSIDE_FORWARD], seed=seed)
+    if evolve == ["norms"]:
+        return norms_and_biases(model)
+    return evolving(model, include=evolve or None)

@@ -50,6 +50,11 @@ def evolved_numbers(es) -> int:
     return sum(math.prod(s.shape) for s in es.specs.values() if s.mode != ESMode.EXCLUDED)
 
 
+def holds_small_set(model: nn.Module) -> bool:
+    """Whether ``model`` carries adapters or a subspace (what :func:`merged_copy` folds away)."""
+    return any(isinstance(m, Adapter) or has_subspace(m) for m in model.modules())
+
+
 def merged_copy(model: nn.Module) -> nn.Module:
     """A deep copy of ``model`` with its adapters and subspace folded into plain weights; ``model`` is
     untouched, so training goes on. What an export saves mid-run (inside ``es.materialized(i)``: member i)."""

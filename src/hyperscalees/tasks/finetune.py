@@ -26,6 +26,11 @@ Evaluation answers held-out prompts greedily with the unperturbed model, before,
 training: a problem set's ``accuracy``, ``formatted`` and ``reward``; a dataset's mean ``reward``.
 The first few answers go to ``samples.jsonl`` and one to the log. At the end the model is exported
 in ``save_pretrained`` form to ``OUT/export`` (``--no-export`` skips it).
+
+What evolves: the block matrices by default (``llm.evolving``), or a small set that zeroth-order
+search can afford (the intrinsic-dimension argument): ``--subspace K`` (θ₀ + P·z, z ∈ ℝᴷ),
+``--adapters RANK`` (LoRA-style factors) or ``--evolve norms``; the export merges a subspace or
+adapters into plain weights, and the summary's ``evolved_numbers`` says how many numbers evolved.
 """
 from __future__ import annotations
 
@@ -78,8 +83,14 @@ class FinetuneOptions:
     dtype: str = option("float32", "weights' dtype; bf16/fp16 are stepped through fp32 masters",
                         choices=("float32", "bfloat16", "float16"))
     evolve: str = option("", "comma-separated glob patterns of the weights to evolve (default: every matrix "
-                             "inside the blocks; embeddings, head and norms frozen)", metavar="GLOBS")
+                             "inside the blocks; embeddings, head and norms frozen), or 'norms': the norm "
+                             "layers' weights and every bias only", metavar="GLOBS")
     export: bool = option(True, "write the trained model as a save_pretrained folder (OUT/export) at the end")
+    subspace: int = option(0, "evolve a fixed random K-dimensional subspace of the block matrices, θ₀ + P·z "
+                              "(P a seeded Fastfood projection, never stored; 0: off); the export merges it",
+                           metavar="K")
+    adapters: int = option(0, "evolve LoRA-style adapters of this rank on the block matrices (B starts at zero, "
+                              "so the model starts unchanged; 0: off); the export merges them", metavar="RANK")
 
     def __post_init__(self):
         for name in ("prompts", "max_new_tokens", "eval_prompts"):
@@ -93,6 +104,7 @@ class FinetuneOptions:
             raise ValueError(f"prompts ({self.prompts}) exceeds train_problems ({self.train_problems}): a step would "
                              f"score members on some problem twice; give --prompts {self.train_problems} at most")
         get_preset(self.preset)
+        self._check_selection()
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature!r}")
         if not self.reward_timeout > 0:
@@ -109,6 +121,16 @@ class FinetuneOptions:
             if parsed:
                 raise ValueError("task_options apply to a built-in problem set, not to --dataset")
             PromptFile(self.dataset)  # a bad file is refused here, before anything is written
+
+    def _check_selection(self) -> None:
+        """--subspace, --adapters and --evolve each choose what evolves: one at a time."""
+        for name in ("subspace", "adapters"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be a whole number >= 0 (0: off), got {v!r}")
+        chosen = [f"--{n}" for n in ("subspace", "adapters", "evolve") if getattr(self, n)]
+        if len(chosen) > 1:
+            raise ValueError(f"{' and '.join(chosen)} each choose what evolves: give one of them")
 
 
 class FinetuneTask(AbstractTask):
@@ -214,8 +236,12 @@ class FinetuneTask(AbstractTask):
         return self.make_model()  # pretrained: nothing is drawn, so the seed plays no part
 
     def es_options(self, model: nn.Module) -> dict:
-        include = [p.strip() for p in self.options.evolve.split(",") if p.strip()] or None
-        return {"es_map": llm.evolving(model, include=include)}
+        """What evolves (``llm.what_evolves``): a subspace, adapters, ``--evolve norms``, globs, or the block
+        matrices. A subspace or adapters change ``model`` in place, the same way on every worker."""
+        o = self.options
+        evolve = [p.strip() for p in o.evolve.split(",") if p.strip()]
+        return {"es_map": llm.what_evolves(model, subspace=o.subspace, adapters=o.adapters, evolve=evolve,
+                                           seed=self.seed)}
 
     # -- fitness ----------------------------------------------------------------------------
     def step_prompts(self, step: int) -> list[str]:
