@@ -20,6 +20,7 @@ from .processes import ended_if_failed
 from .ray_checks import auth_refused
 
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's local-only mode, every address 127.0.0.1
+_set_local_only = False                            # this process set it (for a local Ray)
 
 
 @dataclass(frozen=True)
@@ -68,19 +69,19 @@ def import_ray(local: bool):
     before ``ray`` is imported: then the node address is 127.0.0.1 and every listener binds
     there. Workers inherit the variable from the raylet.
     """
+    global _set_local_only
     if local:
         os.environ[LOCAL_ONLY] = "0"
+        _set_local_only = True
+    elif _set_local_only and os.environ.get(LOCAL_ONLY) == "0":
+        os.environ.pop(LOCAL_ONLY)  # a local Ray of this process came first: a cluster's nodes are not on loopback
     try:
         import ray
     except ImportError:
         raise ImportError("the ray backend needs Ray: pip install 'hyperscalees[ray]'") from None
     from ray._private import ray_constants  # imported before the variable was set: apply it
-    if local:
-        ray_constants.ENABLE_RAY_CLUSTER = False
-    elif os.environ.get(LOCAL_ONLY) == "0" and not ray_constants.IS_WINDOWS_OR_OSX:
-        # a local Ray of this process came first: a cluster's nodes are on the machine's address
-        os.environ.pop(LOCAL_ONLY)
-        ray_constants.ENABLE_RAY_CLUSTER = True
+    ray_constants.ENABLE_RAY_CLUSTER = False if local else ray_constants.env_bool(
+        LOCAL_ONLY, not ray_constants.IS_WINDOWS_OR_OSX)
     return ray
 
 
