@@ -20,9 +20,9 @@ replays the identical update: O(population) bits a step, never the weights.
 
 Elastic membership: Ray is asked for ``max_workers`` actors (default ``workers``). An actor
 gets chunks once it is up; one Ray cannot place yet waits in Ray's queue, and starts on the
-first node that joins with room for it, from the state it was spawned with plus every update
-queued behind it (an actor runs its calls in order). A node that dies takes its actors with it:
-their chunks are re-queued (or copied to an idle worker once late) and each slot gets a new
+first node that joins with room for it; once up it loads the coordinator's state of that
+moment (an actor runs its calls in order: the updates sent after apply on top). A node that dies
+takes its actors with it: their chunks are re-queued (or copied to an idle worker once late) and each slot gets a new
 actor, not waited for. Weights stay bit-identical to one process: the update depends only on the
 seeds and the shaped fitness in member order, never on who computed which chunk.
 
@@ -84,7 +84,7 @@ class RayBackend(AbstractBackend):
         self.step_times: dict[int, float] = {}
         self.bytes_in = self.bytes_out = 0
         self.actors: dict[int, object] = {}           # slot -> live actor (starting or ready)
-        self.starting: dict[object, tuple] = {}       # ref of a start -> (slot, generation)
+        self.starting: dict[object, tuple] = {}       # ref of a start -> (slot, generation, state ref)
         self.ready: set[int] = set()                  # slots whose actor is up: they get chunks
         self.node_of: dict[int, str] = {}             # slot -> Ray node id of its actor
         self.chunks_by_node: dict[str, int] = {}      # chunks whose result was used, per node
@@ -135,11 +135,13 @@ class RayBackend(AbstractBackend):
 
     def _spawn(self, slot: int) -> None:
         """A new actor for ``slot``, from the coordinator's state; it gets chunks once it is ready (Ray
-        places it: at once, or when a node with room joins). Its updates queue behind its start."""
+        places it: at once, or when a node with room joins). It is sent no update until then: once up
+        it loads the coordinator's state of that moment if that has changed since."""
         gen = self.generation.get(slot, -1) + 1
         self.generation[slot] = gen
-        self.actors[slot] = self._actor_cls.remote(self.recipe, self._state_ref(), 1, slot, gen)
-        self.starting[self.actors[slot].__ray_call__.remote(_ready_on_node)] = (slot, gen)
+        state = self._state_ref()
+        self.actors[slot] = self._actor_cls.remote(self.recipe, state, 1, slot, gen)
+        self.starting[self.actors[slot].__ray_call__.remote(_ready_on_node)] = (slot, gen, state)
 
     def _poll_starting(self, timeout: float | None = 0, fatal: bool = False) -> None:
         """Mark the actors that have come up ready and note their node (``fatal``: a start that
@@ -150,7 +152,7 @@ class RayBackend(AbstractBackend):
         if ready:  # and every other one already done
             ready, _ = self._ray.wait(list(self.starting), num_returns=len(self.starting), timeout=0)
         for ref in ready:
-            slot, gen = self.starting.pop(ref)
+            slot, gen, state = self.starting.pop(ref)
             if self.generation.get(slot) != gen or slot not in self.actors:
                 continue
             try:
@@ -161,6 +163,8 @@ class RayBackend(AbstractBackend):
                 self._lost(slot, f"failed to start: {first_line(e)}")
                 continue
             self.ready.add(slot)
+            if self._state_ref() is not state:  # steps went by while Ray could not place it
+                self.updates.append((slot, gen, self.actors[slot].load.remote(self._state_ref())))
             self.chunks_by_node.setdefault(self.node_of[slot], 0)
             if self.es.step:  # joined mid-run: a new node, or a replacement
                 log.info("worker %d ready on node %s at step %d", slot, self.node_of[slot][:12], self.es.step)
@@ -299,7 +303,8 @@ class RayBackend(AbstractBackend):
         expected = state_hash(es.model) if k and es.step % k == 0 else None
         state = fitness_state(self.fitness)
         state = self._ray.put(state) if state else None  # merged: every chunk's share
-        for slot, actor in self.actors.items():
+        for slot in sorted(self.ready):                  # one still starting loads the state once up
+            actor = self.actors[slot]
             self.updates.append((slot, self.generation[slot], actor.update.remote(message, expected, state)))
             self.bytes_out += len(message)
         return metrics
@@ -311,8 +316,8 @@ class RayBackend(AbstractBackend):
             return
         self._state = (None, None)  # the same step, another state: put it again
         ref = self._state_ref()
-        for slot, actor in self.actors.items():
-            self.updates.append((slot, self.generation[slot], actor.load.remote(ref)))
+        for slot in sorted(self.ready):
+            self.updates.append((slot, self.generation[slot], self.actors[slot].load.remote(ref)))
 
     def _drain_updates(self) -> None:
         """Read the updates that have finished (errors of dead workers surface in evaluate)."""
