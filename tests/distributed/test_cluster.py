@@ -158,18 +158,28 @@ def cluster():
 
 
 @pytest.fixture
-def driver(cluster, monkeypatch):
-    """This process as a driver of the cluster: its HOME (the token), token mode on."""
-    monkeypatch.setenv("HOME", cluster.home)
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    monkeypatch.setenv("HS_CLUSTER", MARK)
-    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+def driver(cluster):
+    """This process as a driver of the cluster: its HOME (the token), token mode on; as before afterwards
+    (Ray reads the mode and the token once per process: both are read again, each way)."""
     from ray._raylet import AuthenticationTokenLoader, Config
-    Config.initialize("")                               # RAY_AUTH_MODE is read once per process
-    AuthenticationTokenLoader.instance().reset_cache()  # another test's local Ray made another token
-    yield cluster
-    import ray
-    ray.shutdown()
+    keys = ("HOME", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "HS_CLUSTER")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(HOME=cluster.home, RAY_AUTH_MODE="token", HS_CLUSTER=MARK)
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+    try:
+        yield cluster
+    finally:
+        import ray
+        ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 # -- a small task of this file's own (pickled by value: Ray workers cannot import a test module) --
