@@ -239,6 +239,12 @@ def test_auth_refusal_is_one_line():
     assert "refused this machine's token" in line and "RAY_AUTH_TOKEN" in line and "\n" not in line
 
 
+def test_max_workers_below_workers_is_refused_and_slots_follow_it():
+    with pytest.raises(ValueError, match=r"max_workers must be >= workers \(3\), got 2"):
+        RayConfig(workers=3, max_workers=2)
+    assert RayConfig(workers=2).slots == 2 and RayConfig(workers=2, max_workers=5).slots == 5
+
+
 def test_the_docs_recipe_runs_on_two_nodes_bit_identical_to_a_local_run(cluster, tmp_path, capsys, no_plot):
     """Head and a second node from the docs' `ray start` lines, then its `train` line: one worker on
     each node (the chunks each node's actor returned, by node id), the local run's weights bit for bit;
