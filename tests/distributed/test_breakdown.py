@@ -15,6 +15,8 @@ from hyperscalees.distributed.replica import Replica
 from hyperscalees.engine import make_config
 from hyperscalees.engine.recipe import TaskRecipe
 
+pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup one worker runs every Ray test: one Ray
+
 
 def recipe(population: int = 16):
     return TaskRecipe(make_config("xor", es={"seed": 3, "population": population}).to_dict())

@@ -16,6 +16,15 @@ replays the identical update: O(population) bits a step, never the weights.
     all chunks in → shape, send, update own replica (overlapping the workers' replay)
           ──── SHAPED(s, 0, P) [+ hash every K] ──▶ same update; hash differs → refuse work
     dead worker → re-queue its chunk, start a new actor from the coordinator's state
+    new actor → no chunks until it is up (Ray places it: now, or when a node joins)
+
+Elastic membership: Ray is asked for ``max_workers`` actors (default ``workers``). An actor
+gets chunks once it is up; one Ray cannot place yet waits in Ray's queue, and starts on the
+first node that joins with room for it; once up it loads the coordinator's state of that
+moment (an actor runs its calls in order: the updates sent after apply on top). A node that dies
+takes its actors with it: their chunks are re-queued (or copied to an idle worker once late) and each slot gets a new
+actor, not waited for. Weights stay bit-identical to one process: the update depends only on the
+seeds and the shaped fitness in member order, never on who computed which chunk.
 
 Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting and stopping it):
 ``import hyperscalees`` never needs it.
@@ -36,6 +45,13 @@ from .ray_session import RayConfig, first_line, import_ray, start_ray, stop_ray 
 from . import wire
 
 log = logging.getLogger("hyperscalees.distributed")
+
+
+def _ready_on_node(replica) -> str:
+    """Run in a worker actor (``__ray_call__``): its replica is built; the Ray node it runs on."""
+    import ray
+    replica.ready()
+    return ray.get_runtime_context().get_node_id()
 
 
 class RayBackend(AbstractBackend):
@@ -68,7 +84,11 @@ class RayBackend(AbstractBackend):
         self.rejected = self.drift_repairs = self.restarts = 0
         self.step_times: dict[int, float] = {}
         self.bytes_in = self.bytes_out = 0
-        self.actors: dict[int, object] = {}           # slot -> live actor
+        self.actors: dict[int, object] = {}           # slot -> live actor (starting or ready)
+        self.starting: dict[object, tuple] = {}       # ref of a start -> (slot, generation, state ref)
+        self.ready: set[int] = set()                  # slots whose actor is up: they get chunks
+        self.node_of: dict[int, str] = {}             # slot -> Ray node id of its actor
+        self.chunks_by_node: dict[str, int] = {}      # chunks whose result was used, per node
         self.generation: dict[int, int] = {}
         self.inflight: dict[object, tuple] = {}       # ref -> (slot, generation, step, chunk)
         self.updates: list = []                       # refs of updates not yet read
@@ -84,7 +104,10 @@ class RayBackend(AbstractBackend):
         return self._ray is not None
 
     def start(self) -> None:
-        """Start (or connect to) Ray and the workers; the first step does it if nobody did."""
+        """Start (or connect to) Ray and the workers; the first step does it if nobody did.
+
+        ``config.slots`` actors are asked of Ray; the first ``workers`` of them to be ready start
+        the run, the others join when Ray places them (elastic: a node that joins mid-run)."""
         if self.started:
             return
         self._owns_ray = start_ray(self.config)
@@ -93,16 +116,16 @@ class RayBackend(AbstractBackend):
         self._actor_cls = ray.remote(self.replica_cls).options(num_cpus=self.config.cpus_per_worker,
                                                                num_gpus=self.config.gpus_per_worker, max_restarts=0,
                                                                max_task_retries=0)
-        for slot in range(self.config.workers):
+        for slot in range(self.config.slots):
             self._spawn(slot)
-        try:
-            ray.get([a.ready.remote() for a in self.actors.values()], timeout=self.config.startup_timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise RuntimeError(f"{self.config.workers} workers did not start within {self.config.startup_timeout:g}"
-                               f" s: does the cluster have {self.config.cpus_per_worker:g} CPU(s) and "
-                               f"{self.config.gpus_per_worker:g} GPU(s) free for each?") from None
-        except ray.exceptions.RayError as e:
-            raise RuntimeError(f"a Ray worker failed to start: {first_line(e)}") from None
+        deadline = time.monotonic() + self.config.startup_timeout
+        while len(self.ready) < self.config.workers:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.starting:
+                raise RuntimeError(f"{self.config.workers} workers did not start within {self.config.startup_timeout:g}"
+                                   f" s: does the cluster have {self.config.cpus_per_worker:g} CPU(s) and "
+                                   f"{self.config.gpus_per_worker:g} GPU(s) free for each?")
+            self._poll_starting(timeout=left, fatal=True)
 
     def _state_ref(self):
         """The coordinator's current state in Ray's object store, made once per step."""
@@ -113,13 +136,46 @@ class RayBackend(AbstractBackend):
         return ref
 
     def _spawn(self, slot: int) -> None:
+        """A new actor for ``slot``, from the coordinator's state; it gets chunks once it is ready (Ray
+        places it: at once, or when a node with room joins). It is sent no update until then: once up
+        it loads the coordinator's state of that moment if that has changed since."""
         gen = self.generation.get(slot, -1) + 1
         self.generation[slot] = gen
-        self.actors[slot] = self._actor_cls.remote(self.recipe, self._state_ref(), 1, slot, gen)
+        state = self._state_ref()
+        self.actors[slot] = self._actor_cls.remote(self.recipe, state, 1, slot, gen)
+        self.starting[self.actors[slot].__ray_call__.remote(_ready_on_node)] = (slot, gen, state)
+
+    def _poll_starting(self, timeout: float | None = 0, fatal: bool = False) -> None:
+        """Mark the actors that have come up ready and note their node (``fatal``: a start that
+        fails ends the run, as at start-up; else the slot is lost and started anew)."""
+        if not self.starting:
+            return
+        ready, _ = self._ray.wait(list(self.starting), num_returns=1, timeout=timeout)
+        if ready:  # and every other one already done
+            ready, _ = self._ray.wait(list(self.starting), num_returns=len(self.starting), timeout=0)
+        for ref in ready:
+            slot, gen, state = self.starting.pop(ref)
+            if self.generation.get(slot) != gen or slot not in self.actors:
+                continue
+            try:
+                self.node_of[slot] = self._ray.get(ref)
+            except self._ray.exceptions.RayError as e:
+                if fatal:
+                    raise RuntimeError(f"a Ray worker failed to start: {first_line(e)}") from None
+                self._lost(slot, f"failed to start: {first_line(e)}")
+                continue
+            self.ready.add(slot)
+            if self._state_ref() is not state:  # steps went by while Ray could not place it
+                self.updates.append((slot, gen, self.actors[slot].load.remote(self._state_ref())))
+            self.chunks_by_node.setdefault(self.node_of[slot], 0)
+            if self.es.step:  # joined mid-run: a new node, or a replacement
+                log.info("worker %d ready on node %s at step %d", slot, self.node_of[slot][:12], self.es.step)
 
     def _lost(self, slot: int, why: str) -> None:
-        """Worker ``slot`` died: start a new one from the coordinator's state, or go on with fewer."""
+        """Worker ``slot`` died (or its node did): start a new one from the coordinator's state, not
+        waited for, or go on with fewer."""
         actor = self.actors.pop(slot, None)
+        self.ready.discard(slot)
         if actor is not None:
             self._ray.kill(actor)
         for ref in [r for r, v in self.inflight.items() if v[0] == slot]:
@@ -137,12 +193,14 @@ class RayBackend(AbstractBackend):
     def close(self) -> None:
         if self._ray is None:
             return
-        self._workers_at_close = len(self.actors)
+        self._workers_at_close = len(self.ready)
         self._worker_phases = self._read_worker_phases()
         for actor in self.actors.values():
             self._ray.kill(actor)
         self.actors.clear()
         self.inflight.clear()
+        self.starting.clear()
+        self.ready.clear()
         if self._owns_ray:
             self._ray.shutdown()
         self._ray = None
@@ -153,25 +211,27 @@ class RayBackend(AbstractBackend):
         es = self.es
         t0 = time.perf_counter()
         self._drain_updates()
+        self._poll_starting()
         queue = ChunkQueue(es.step, split(es.population, self.chunk or self.default_chunk(es.population)),
                            self.times, self.counters)
         while not queue.done:
-            busy = {v[0] for v in self.inflight.values()}
-            for slot, actor in list(self.actors.items()):
-                c = None if slot in busy else queue.assign(slot)
-                if c is not None:
-                    ref = actor.evaluate.remote(queue.step, c.lo, c.hi)
-                    self.inflight[ref] = (slot, self.generation[slot], queue.step, c)
-                    busy.add(slot)
-            if not self.inflight:
+            idle = self._assign(queue)
+            if not self.inflight and not self.starting:
                 raise RuntimeError(f"step {queue.step}: chunks missing but none running and no worker to run them")
-            # an idle worker may take a straggler's chunk once it is late: poll; else wait for a result
-            timeout = 0.01 if len(busy) < len(self.actors) else None
+            # an idle worker may take a straggler's chunk once it is late: poll; else wait for a result,
+            # or for a worker to come up (with none running, as long as a start may take)
+            timeout = 0.01 if idle else None if self.inflight else self.config.startup_timeout
             with self.phases("wait"):
-                ready, _ = self._ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
+                ready, _ = self._ray.wait(list(self.inflight) + list(self.starting), num_returns=1, timeout=timeout)
+            if not ready and not self.inflight:
+                raise RuntimeError(f"step {queue.step}: no worker left and none started within "
+                                   f"{self.config.startup_timeout:g} s")
             with self.phases("wire"):
                 for ref in ready:
-                    self._collect(ref, queue)
+                    if ref in self.inflight:
+                        self._collect(ref, queue)
+                    elif ref in self.starting:
+                        self._poll_starting()
         self.step_times[es.step] = time.perf_counter() - t0
         results = queue.results()
         added = [state for _, state in results]
@@ -179,9 +239,21 @@ class RayBackend(AbstractBackend):
             self.fitness.merge(es.model, es.step, added)
         return join_chunks([values for values, _ in results])
 
+    def _assign(self, queue: ChunkQueue) -> int:
+        """Hand each idle ready worker its next chunk; returns how many ready workers stay idle."""
+        busy = {v[0] for v in self.inflight.values()}
+        for slot in sorted(self.ready - busy):
+            c = queue.assign(slot)
+            if c is not None:
+                ref = self.actors[slot].evaluate.remote(queue.step, c.lo, c.hi)
+                self.inflight[ref] = (slot, self.generation[slot], queue.step, c)
+                busy.add(slot)
+        return len(self.ready - busy)
+
     def default_chunk(self, population: int) -> int:
-        """Two chunks per worker (whole antithetic pairs): a straggler's chunk is half its share."""
-        per = -(-population // (2 * len(self.actors) or 1))
+        """Two chunks per worker slot (whole antithetic pairs): a straggler's chunk is half its share.
+        Slots, not the workers alive: the chunking stays the same when workers come and go."""
+        per = -(-population // (2 * self.config.slots))
         return max(2, per + per % 2)
 
     def _collect(self, ref, queue: ChunkQueue) -> None:
@@ -222,7 +294,9 @@ class RayBackend(AbstractBackend):
                 self.actors[slot].load.remote(self._state_ref())
             queue.fail(c.index, slot, f"worker {slot}'s result refused: {e}")
             return
-        queue.complete(c.index, slot, (msg.values, added))
+        if queue.complete(c.index, slot, (msg.values, added)) and slot in self.node_of:
+            node = self.node_of[slot]
+            self.chunks_by_node[node] = self.chunks_by_node.get(node, 0) + 1
 
     def update(self, shaped):
         """Send the shaped vector, then replay it here while the workers do (``overlap_replay``);
@@ -237,7 +311,8 @@ class RayBackend(AbstractBackend):
         if not self.overlap_replay:
             with self.phases("replay"):
                 metrics = es.update(shaped)
-        for slot, actor in self.actors.items():
+        for slot in sorted(self.ready):                  # one still starting loads the state once up
+            actor = self.actors[slot]
             self.updates.append((slot, self.generation[slot], actor.update.remote(message, None, state)))
             self.bytes_out += len(message)
         if self.overlap_replay:
@@ -247,8 +322,8 @@ class RayBackend(AbstractBackend):
         if k and es.step % k == 0:
             with self.phases("hash"):
                 expected = state_hash(es.model)
-            for slot, actor in self.actors.items():
-                self.updates.append((slot, self.generation[slot], actor.check_hash.remote(expected)))
+            for slot in sorted(self.ready):
+                self.updates.append((slot, self.generation[slot], self.actors[slot].check_hash.remote(expected)))
         return metrics
 
     def reload(self) -> None:
@@ -258,8 +333,8 @@ class RayBackend(AbstractBackend):
             return
         self._state = (None, None)  # the same step, another state: put it again
         ref = self._state_ref()
-        for slot, actor in self.actors.items():
-            self.updates.append((slot, self.generation[slot], actor.load.remote(ref)))
+        for slot in sorted(self.ready):
+            self.updates.append((slot, self.generation[slot], self.actors[slot].load.remote(ref)))
 
     def _drain_updates(self) -> None:
         """Read the updates that have finished (errors of dead workers surface in evaluate)."""
@@ -287,14 +362,14 @@ class RayBackend(AbstractBackend):
         if self._ray is None or not self.actors:
             return self._worker_phases
         try:
-            return self._ray.get([a.phase_times.remote() for a in self.actors.values()], timeout=30)
+            return self._ray.get([self.actors[slot].phase_times.remote() for slot in sorted(self.ready)], timeout=30)
         except (self._ray.exceptions.RayError, AttributeError):
             return []
 
     def reset_breakdown(self) -> None:
         super().reset_breakdown()
-        for actor in self.actors.values():   # after the calls already queued on each actor
-            actor.reset_phases.remote()
+        for slot in sorted(self.ready):       # after the calls already queued on each actor
+            self.actors[slot].reset_phases.remote()
 
     def breakdown(self) -> dict:
         """Mean ms per step: the driver's phases, and each phase of a worker (mean over workers)."""
@@ -309,7 +384,8 @@ class RayBackend(AbstractBackend):
     def report(self) -> dict:
         """What the coordinator counted over the run."""
         c = self.counters
-        return {"workers": len(self.actors) or self._workers_at_close, "assigned": c.assigned, "reissued": c.reissued,
+        return {"workers": len(self.ready) or self._workers_at_close, "assigned": c.assigned, "reissued": c.reissued,
                 "duplicates": c.duplicates, "failed": c.failed, "requeued": c.requeued, "rejected": self.rejected,
                 "drift_repairs": self.drift_repairs, "restarts": self.restarts, "bytes_in": self.bytes_in,
-                "bytes_out": self.bytes_out, "median_chunk_s": self.times.median, "breakdown_ms": self.breakdown()}
+                "bytes_out": self.bytes_out, "median_chunk_s": self.times.median, "breakdown_ms": self.breakdown(),
+                "chunks_by_node": dict(self.chunks_by_node)}

@@ -43,6 +43,17 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
                          f"`ray start --head --port {where[1]}` or leave --address out for a local one") from None
 
 
+def auth_refused(address: str, token_mode: bool) -> str:
+    """The one line for a cluster that refused this driver: what to set, and where the token comes from."""
+    if not token_mode:
+        return (f"the Ray cluster at --address {address} requires token authentication: run with RAY_AUTH_MODE=token "
+                "and its token in RAY_AUTH_TOKEN (print it with `ray get-auth-token` on the head node) or in "
+                "~/.ray/auth_token")
+    return (f"the Ray cluster at --address {address} refused this machine's token (RAY_AUTH_MODE=token): set "
+            "RAY_AUTH_TOKEN to the output of `ray get-auth-token` on its head node, or leave RAY_AUTH_MODE unset if "
+            "the cluster has authentication off")
+
+
 def missing_dashboard_modules() -> list[str]:
     return [m for m in DASHBOARD_MODULES if importlib.util.find_spec(m) is None]
 

@@ -13,12 +13,14 @@ import logging
 import os
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from .processes import ended_if_failed
+from .ray_checks import auth_refused
 
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's local-only mode, every address 127.0.0.1
+_set_local_only = False                            # this process set it (for a local Ray)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class RayConfig:
     dashboard: bool = False                 # start Ray's dashboard (local Ray only, on 127.0.0.1)
     temp_dir: str | None = None             # Ray's session files (local Ray only; default: Ray's)
     startup_timeout: float = 300.0          # seconds to wait for the workers to come up
+    max_workers: int | None = field(default=None, metadata={"help": (
+        "elastic: up to this many workers, the ones beyond --workers started by Ray when a node joins or capacity "
+        "frees up, and used as soon as they are ready (default: --workers)")})
 
     def __post_init__(self):
         if self.workers < 1:
@@ -42,9 +47,17 @@ class RayConfig:
                              f"{self.gpus_per_worker!r} and {self.cpus_per_worker!r}")
         if self.straggler_timeout is not None and not self.straggler_timeout > 0:
             raise ValueError(f"straggler_timeout must be > 0 seconds, got {self.straggler_timeout!r}")
+        if self.max_workers is not None and self.max_workers < self.workers:
+            raise ValueError(f"max_workers must be >= workers ({self.workers}), got {self.max_workers!r}")
         if self.hash_every < 0 or self.max_restarts < 0:
             raise ValueError(f"hash_every and max_restarts must be >= 0, got {self.hash_every!r} and "
                              f"{self.max_restarts!r}")
+
+
+    @property
+    def slots(self) -> int:
+        """Worker actors asked of Ray: ``max_workers``, else ``workers``."""
+        return self.max_workers or self.workers
 
 
 def import_ray(local: bool):
@@ -56,15 +69,19 @@ def import_ray(local: bool):
     before ``ray`` is imported: then the node address is 127.0.0.1 and every listener binds
     there. Workers inherit the variable from the raylet.
     """
+    global _set_local_only
     if local:
         os.environ[LOCAL_ONLY] = "0"
+        _set_local_only = True
+    elif _set_local_only and os.environ.get(LOCAL_ONLY) == "0":
+        os.environ.pop(LOCAL_ONLY)  # a local Ray of this process came first: a cluster's nodes are not on loopback
     try:
         import ray
     except ImportError:
         raise ImportError("the ray backend needs Ray: pip install 'hyperscalees[ray]'") from None
-    if local:
-        from ray._private import ray_constants  # imported before the variable was set: apply it
-        ray_constants.ENABLE_RAY_CLUSTER = False
+    from ray._private import ray_constants  # imported before the variable was set: apply it
+    ray_constants.ENABLE_RAY_CLUSTER = False if local else ray_constants.env_bool(
+        LOCAL_ONLY, not ray_constants.IS_WINDOWS_OR_OSX)
     return ray
 
 
@@ -79,7 +96,11 @@ def start_ray(config: RayConfig) -> bool:
         return False
     with ended_if_failed(), _disconnected_if_failed(ray), _own_signal_handlers(ray):
         if config.address is not None:
-            ray.init(address=config.address, logging_level=logging.WARNING)
+            _check_token(ray, config.address)
+            try:
+                ray.init(address=config.address, logging_level=logging.WARNING)
+            except ray.exceptions.AuthenticationError:  # token mode without a token: Ray's own page of help
+                raise RuntimeError(auth_refused(config.address, token_mode=True)) from None
             return True
         ray.init(num_cpus=max(1, int(round(config.workers * config.cpus_per_worker))),
                  include_dashboard=config.dashboard, dashboard_host="127.0.0.1", _temp_dir=config.temp_dir,
@@ -89,6 +110,52 @@ def start_ray(config: RayConfig) -> bool:
         ray.shutdown()
         raise RuntimeError(f"local Ray came up on {gcs}, not on loopback: this Ray version ignores {LOCAL_ONLY}=0")
     return True
+
+
+def _check_token(ray, address: str) -> None:
+    """Refuse in one line a cluster that refuses this driver's token (or its lack of one).
+
+    ``ray.init`` would retry for 20 s, print a warning a second, then raise a ``ConnectionError``
+    that never mentions authentication. One connection to the cluster's GCS (milliseconds) tells,
+    its one warning line swallowed. The token mode is settled as ``ray.init`` settles it (``auto``
+    turns it on when a token is at hand). Best effort: without these Ray internals, nothing is checked.
+    """
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available)
+        from ray._private.services import canonicalize_bootstrap_address
+        from ray._raylet import AuthenticationMode, GcsClient, get_authentication_mode
+    except ImportError:
+        return
+    if address.startswith("ray://"):
+        return
+    if address == "auto":
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    gcs = canonicalize_bootstrap_address(address)
+    if gcs is None:
+        return
+    try:
+        with _quiet_stderr():
+            GcsClient(address=gcs)
+    except ray.exceptions.AuthenticationError:
+        raise RuntimeError(auth_refused(address, get_authentication_mode() == AuthenticationMode.TOKEN)) from None
+    except Exception:  # anything else: ray.init says it in its own words
+        return
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for a moment (Ray's C++ core writes its warnings there)."""
+    import sys
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @contextlib.contextmanager
