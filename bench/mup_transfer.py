@@ -18,7 +18,7 @@ init variance; ``docs/guide/mup.md`` sets what these sweeps measured beside thos
 One of the project's studies (the muP guide's transfer figures), run from a source checkout:
 
     python bench/mup_transfer.py [--quick] [--json] [--plot FILE] [--seeds S ...] [--model mlp|transformer]
-        [--widths N ...] [--sweeps NAME ...] [--steps K] [--lr LR]
+        [--widths N ...] [--sweeps NAME ...] [--steps K] [--lr LR] [--grid V ...]
 
 Each point is the mean final loss over the seeds (default 0). The default (MLP, widths 64, 256, 1024,
 the three default sweeps) takes about 5 minutes a seed on one idle CPU core. ``hyperscalees
@@ -122,7 +122,7 @@ def spread(sweep: str, bests: list[float]) -> float:
     return max(d) / min(d) if min(d) > 0 else math.inf
 
 
-def _options(c: dict, widths, sweeps, steps) -> dict:
+def _options(c: dict, widths, sweeps, steps, grid=None) -> dict:
     if widths:
         if len(set(widths)) < 2:
             raise ValueError(f"--widths needs at least two distinct widths, got {list(widths)}")
@@ -136,6 +136,8 @@ def _options(c: dict, widths, sweeps, steps) -> dict:
         c["grids"] = {s: c["grids"][s] for s in DEFAULT_SWEEPS}
     if steps:
         c["steps"] = {"adam": steps, "es": steps}
+    if grid:
+        c["grids"] = {s: sorted(set(grid)) for s in c["grids"]}
     return c
 
 
@@ -155,8 +157,9 @@ def sweep_all(c: dict, seeds, lr: float, log) -> dict:
 
 
 def run(quick: bool = False, device: str = "cpu", log=print, plot: str | None = None, seeds=None,
-        model: str = "mlp", widths=None, sweeps=None, steps: int | None = None, lr: float = ADAM_LR) -> Report:
-    c = _options(configs(quick, model), widths, sweeps, steps)
+        model: str = "mlp", widths=None, sweeps=None, steps: int | None = None, lr: float = ADAM_LR,
+        grid=None) -> Report:
+    c = _options(configs(quick, model), widths, sweeps, steps, grid)
     seeds = list(seeds) if seeds else [0]
     rep = Report("mup-transfer", QUESTION, COLUMNS)
     start = time.perf_counter()
@@ -226,6 +229,8 @@ def main(argv=None) -> int:
                    help="training steps per run, every sweep (default: Adam 30, ES 40)")
     p.add_argument("--lr", type=study_cli.positive_float, default=None, metavar="LR",
                    help="Adam's lr for the beta and decay sweeps (default: 2^-6)")
+    p.add_argument("--grid", type=study_cli.positive_float, nargs="+", default=None, metavar="V",
+                   help="the values every chosen sweep tries, instead of its own grid (e.g. a shorter lr grid)")
     return study_cli.main(p, run, argv)
 
 
