@@ -10,7 +10,9 @@ parametrisation it drifts (down, for lr). The sweeps (``--sweeps``):
 - ``adam_lr``: Adam's lr; ``es_lr``: ES's lr at σ 0.05; ``es_sigma``: ES's σ at lr 2^-6 (ES is
   EGGROLL rank 1, 32 members, driving Adam) -- the default three;
 - ``adam_beta1``, ``adam_beta2``: Adam's β at a fixed lr (``--lr``), on a grid of 1-β = 2^-k;
-- ``adam_decay``: the lr schedule, an exponential decay to a final fraction 2^-k of ``--lr``.
+- ``adam_decay``: the lr schedule, an exponential decay to a final fraction 2^-k of ``--lr``;
+- ``adam_init``: the init variance, a multiplier 2^k on every random weight's base-width std, the
+  other widths following muP's per-layer rule (``mup.init_per_layer``), at ``--lr``.
 
 ezmup (cloneofsimo/ezmup) claims transfer across 64× in width and of Adam's β, the schedule and the
 init variance; ``docs/guide/mup.md`` sets what these sweeps measured beside those claims.
@@ -35,12 +37,14 @@ import torch
 from hyperscalees.benchmarks.base import Report, environment
 from hyperscalees.benchmarks.width_models import MODELS, PARAMETRIZATIONS, batch, build, evaluate, losses, prepare
 from hyperscalees.engine.plotting import pyplot, save_figure
-from hyperscalees.mup import compare_widths, mup_groups, torch_groups
+from hyperscalees.mup import compare_widths, init_per_layer, mup_groups, torch_groups
+from hyperscalees.mup.width import is_constant
 
 QUESTION = "best hyper-parameter per width, standard vs muP: does it transfer from the smallest width to the largest?"
 COLUMNS = ["sweep", "parametrization", "width", "best", "best_loss", "losses"]
 ES_SIGMA, ES_LR, ADAM_LR, ROWS = 0.05, 2.0 ** -6, 2.0 ** -6, 32
-SWEEPS = ("adam lr", "es lr", "es sigma", "adam beta1", "adam beta2", "adam decay")
+SWEEPS = ("adam lr", "es lr", "es sigma", "adam beta1", "adam beta2", "adam decay", "adam init")
+OWN_ADAM = ("adam beta1", "adam beta2", "adam decay", "adam init")   # trained by adam_loss
 DEFAULT_SWEEPS = SWEEPS[:3]
 # how a swept value is compared across widths: β by 1-β (the averaging horizon), the rest as is
 DISTANCE = {"adam beta1": lambda b: 1.0 - b, "adam beta2": lambda b: 1.0 - b}
@@ -48,16 +52,18 @@ DISTANCE = {"adam beta1": lambda b: 1.0 - b, "adam beta2": lambda b: 1.0 - b}
 
 def grids(quick: bool) -> dict:
     """Every sweep's grid. Adam's lr reaches 2^-14: the standard parametrisation's best falls about
-    2× per 2× in width (2^-10 at 1024 from 2^-6 at 64), so a 64× span needs the room. ES's σ grid reaches 0.003125: with 0.0125 its lowest point, the best σ at
-    widths 256 and 1024 sat on the grid's edge (mup_transfer_2026-11-27.txt)."""
+    2× per 2× in width (2^-10 at 1024 from 2^-6 at 64), so a 64× span needs the room. ES's σ grid
+    reaches 0.003125: with 0.0125 its lowest point, the best σ at widths 256 and 1024 sat on the
+    grid's edge (mup_transfer_2026-11-27.txt)."""
     if quick:
         return {"adam lr": [2.0 ** -9, 2.0 ** -7], "es lr": [2.0 ** -7, 2.0 ** -5], "es sigma": [0.025, 0.1],
-                "adam beta1": [0.5, 0.875], "adam beta2": [0.9375, 0.99609375], "adam decay": [1.0, 0.125]}
+                "adam beta1": [0.5, 0.875], "adam beta2": [0.9375, 0.99609375], "adam decay": [1.0, 0.125],
+                "adam init": [0.5, 2.0]}
     return {"adam lr": [2.0 ** k for k in range(-14, -3)], "es lr": [2.0 ** k for k in range(-9, -4)],
             "es sigma": [0.003125, 0.00625, 0.0125, 0.025, 0.05, 0.1],
             "adam beta1": [0.0] + [1.0 - 2.0 ** -k for k in range(1, 7)],
             "adam beta2": [1.0 - 2.0 ** -k for k in range(2, 15, 2)],
-            "adam decay": [2.0 ** -k for k in range(0, 8)]}
+            "adam decay": [2.0 ** -k for k in range(0, 8)], "adam init": [2.0 ** k for k in range(-3, 3)]}
 
 
 def configs(quick: bool, model: str = "mlp") -> dict:
@@ -73,10 +79,16 @@ def configs(quick: bool, model: str = "mlp") -> dict:
 
 def adam_loss(model: str, sweep: str, value: float, width: int, base: int, pz: str, steps: int, seed: int,
               lr: float) -> float:
-    """Adam with β or a decaying lr: the model ``prepare`` builds under ``pz`` (muP's readout multiplier,
-    init, attention scale), trained by its own Adam over muP's groups."""
+    """Adam with β, a decaying lr or a scaled init: the model ``prepare`` builds under ``pz`` (muP's
+    readout multiplier, init, attention scale), trained by its own Adam over muP's groups."""
     s = prepare(model, width, base, pz, "adam", lr, rows=ROWS, seed=seed)
-    groups = mup_groups(compare_widths(build(model, base, seed), s.model), lr, "adam", parametrization=pz)
+    base_model = build(model, base, seed)
+    widths = compare_widths(base_model, s.model)
+    if sweep == "adam init":    # each random weight's base std times value, scaled per layer by muP's rule
+        stds = {n: value * p.std().item() for n, p in base_model.named_parameters() if p.dim() >= 2
+                and not is_constant(p)}
+        init_per_layer(s.model, widths, stds, torch.Generator().manual_seed(seed))
+    groups = mup_groups(widths, lr, "adam", parametrization=pz)
     betas = (value if sweep == "adam beta1" else 0.9, value if sweep == "adam beta2" else 0.999)
     opt = torch.optim.Adam(torch_groups(s.model, groups), betas=betas)
     final = value if sweep == "adam decay" else 1.0
@@ -94,7 +106,7 @@ def final_loss(sweep: str, value: float, width: int, base: int, pz: str, steps: 
                model: str = "mlp", lr: float = ADAM_LR) -> float:
     if sweep not in SWEEPS:
         raise ValueError(f"unknown sweep {sweep!r}; choose one of {SWEEPS}")
-    if sweep in ("adam beta1", "adam beta2", "adam decay"):
+    if sweep in OWN_ADAM:
         loss = adam_loss(model, sweep, value, width, base, pz, steps, seed, lr)
     else:
         optimizer = sweep.split()[0]
@@ -179,7 +191,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot: str | None = 
         "within_factor_2": {k: 0.5 <= v <= 2.0 for k, v in drift.items()},
         "best_spread_all_widths": spreads, "spread_within_factor_2": {k: v <= 2.0 for k, v in spreads.items()},
         "widths": list(c["widths"]), "steps": c["steps"], "es_sigma_for_lr_sweep": ES_SIGMA,
-        "es_lr_for_sigma_sweep": ES_LR, "adam_lr_for_beta_and_decay_sweeps": lr, "seeds": seeds,
+        "es_lr_for_sigma_sweep": ES_LR, "adam_lr_for_beta_decay_init_sweeps": lr, "seeds": seeds,
         "seconds": time.perf_counter() - start, "environment": environment(),
     }
     rep.details = {"grids": c["grids"], "curves": {f"{s} {p}": {str(w): v for w, v in per.items()}
@@ -228,7 +240,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=study_cli.positive_int, default=None, metavar="K",
                    help="training steps per run, every sweep (default: Adam 30, ES 40)")
     p.add_argument("--lr", type=study_cli.positive_float, default=None, metavar="LR",
-                   help="Adam's lr for the beta and decay sweeps (default: 2^-6)")
+                   help="Adam's lr for the beta, decay and init sweeps (default: 2^-6)")
     p.add_argument("--grid", type=study_cli.positive_float, nargs="+", default=None, metavar="V",
                    help="the values every chosen sweep tries, instead of its own grid (e.g. a shorter lr grid)")
     return study_cli.main(p, run, argv)

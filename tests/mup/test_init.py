@@ -1,4 +1,5 @@
-"""Per-layer init std under muP (ezmup's InitStd): the base width draws the standard init, other widths follow the rule."""
+"""Per-layer init std under muP (ezmup's InitStd): the base width draws the standard init, other widths
+follow the rule."""
 import pytest
 import torch
 from torch import nn

@@ -46,7 +46,8 @@ def layer_stds(model: nn.Module, widths: dict[str, ParamWidth], init_std: float 
     for pat, std in init_std.items():
         hits = [n for n in widths if fnmatchcase(n, pat)]
         if not hits:
-            raise ValueError(f"init_std pattern {pat!r} matches no parameter; names are like {next(iter(widths), '')!r}")
+            raise ValueError(f"init_std pattern {pat!r} matches no parameter; names are like "
+                             f"{next(iter(widths), '')!r}")
         for n in hits:
             out[n] = _checked(pat, std) * init_scale(widths[n])
     return out
