@@ -13,11 +13,13 @@ from .sampling import check_sampling
 
 NTT_CHOICES = ("none", "wht", "fermat")
 INITS = ("random", "bigram")
-BIGRAM_MODELS = ("egg",)  # models whose token -> logits path init_from_bigram knows
+BIGRAM_MODELS = ("egg", "int8-transformer")  # models whose token -> logits path init_from_bigram knows
 # A bigram start's embedding and head hold the bigram: at the blocks' lr ES undid it (4-minute probes from
 # the rank-64 start at 3.639 test bpb: 3.66-3.67 after 340 steps at lr 1.0 or 0.25 for every weight; with
 # these at 0.08x the lr, σ 2^-9 and 256 members it went down instead, bench/egg_bigram.py).
-BIGRAM_PARAMS = ("embed.weight", "head.weight")
+# Per model: the int8 transformer's head is its embedding (tied); its init MLP holds the bigram's asymmetry.
+BIGRAM_PARAMS = {"egg": ("embed.weight", "head.weight"),
+                 "int8-transformer": ("embed.weight", "init_mlp.up.weight", "init_mlp.down.weight")}
 BIGRAM_LR_SCALE = 0.08
 # Per model, on top of its own es_defaults. egg: threshold SGD (acc += lr·z, ±1 steps) on centered
 # ranks, lr 1.0 decaying 0.9998 per step (0.03 after 17,000 steps, about 20 CPU minutes).
@@ -40,7 +42,8 @@ TASK_ES_DEFAULTS = {"egg": {"population": 128, "update_rule": "int_sgd", "shapin
 # lm_egg_default_2026-11-27.txt). --init random brings back the random start's width and settings above.
 MODEL_OPTION_DEFAULTS = {"egg": {"init": "bigram"}}
 BIGRAM_OPTION_DEFAULTS = {"hidden": 64}
-BIGRAM_ES_DEFAULTS = {"population": 256, "sigma": 2.0 ** -9, "lr": 0.25}
+BIGRAM_ES_DEFAULTS = {"egg": {"population": 256, "sigma": 2.0 ** -9, "lr": 0.25},
+                      "int8-transformer": {}}
 
 
 @dataclass(frozen=True)
