@@ -205,4 +205,11 @@ def test_the_lm_task_starts_the_transformer_as_a_bigram_and_keeps_its_embedding_
     model = task.build_model()
     assert not model.blocks[0].o.weight.any()
     bigram = [g for g in task.es_options(model)["groups"] if g["name"] == "bigram"]
-    assert bigram == [{"params": ["embed.weight"], "lr_scale": BIGRAM_LR_SCALE, "name": "bigram"}]
+    held = ["embed.weight", "init_mlp.up.weight", "init_mlp.down.weight"]
+    assert bigram == [{"params": held, "lr_scale": BIGRAM_LR_SCALE, "name": "bigram"}]
+    # its default start, at its own width and lr (the egg's width and ES settings stay the egg's)
+    chosen = LMTask.option_defaults({"model": "int8-transformer"})
+    assert chosen == {"init": "bigram"}
+    es = LMTask.model_es_defaults({"model": "int8-transformer", **chosen})
+    assert (es["lr"], es["update_rule"], es["population"]) == (0.125, "int_adamw", 64)
+    assert LMTask.model_es_defaults({"model": "int8-transformer", "init": "random"})["lr"] == 0.25

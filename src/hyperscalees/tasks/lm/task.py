@@ -139,7 +139,7 @@ class LMTask(AbstractTask):
         user did not give; ``options`` holds the ones they did."""
         chosen = dict(MODEL_OPTION_DEFAULTS.get(options.get("model", LMOptions.model), {}))
         if options.get("init", chosen.get("init", LMOptions.init)) == "bigram":
-            chosen.update(BIGRAM_OPTION_DEFAULTS)
+            chosen.update(BIGRAM_OPTION_DEFAULTS.get(options.get("model", LMOptions.model), {}))
         return chosen
 
     @classmethod
