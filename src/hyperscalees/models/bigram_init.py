@@ -21,6 +21,9 @@ How, for a model whose path from token to logits, with the blocks' contributions
 
 Rank D caps what this can reach: on the default corpus the rank-32 bigram scores 3.75 bits/byte
 against the full table's 3.64, the rank-64 one 3.64 (so ``--hidden 64`` starts at the bigram).
+
+A tied head (the int8 transformer: its head is its embedding) cannot take a head of its own; how its
+start is fitted instead is told where it is, at :func:`init_tied_from_bigram`.
 """
 from __future__ import annotations
 

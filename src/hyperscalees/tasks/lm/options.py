@@ -74,8 +74,9 @@ class LMOptions:
     temperature: float = option(0.6, "sampling temperature (> 0)")
     min_p: float = option(0.08, "drop tokens below min_p x the top probability")
     presence_penalty: float = option(0.2, "nats subtracted from tokens already present")
-    init: str = option("random", "initial weights: random, or bigram (egg only: embedding and head set from the "
-                                 "train split's byte bigram, blocks neutral; models/bigram_init.py)",
+    init: str = option("random", "initial weights: random, or bigram (egg, int8-transformer: the token's own "
+                                 "path, embedding to logits, set from the train split's byte bigram, blocks "
+                                 "neutral; models/bigram_init.py)",
                        choices=INITS)
     ntt: str = option("none", "extra causal transform features of the token window (float-gru only): none, "
                               "wht (Walsh-Hadamard) or fermat (number-theoretic transform mod 65537)",
