@@ -13,11 +13,13 @@ from .sampling import check_sampling
 
 NTT_CHOICES = ("none", "wht", "fermat")
 INITS = ("random", "bigram")
-BIGRAM_MODELS = ("egg",)  # models whose token -> logits path init_from_bigram knows
+BIGRAM_MODELS = ("egg", "int8-transformer")  # models whose token -> logits path init_from_bigram knows
 # A bigram start's embedding and head hold the bigram: at the blocks' lr ES undid it (4-minute probes from
 # the rank-64 start at 3.639 test bpb: 3.66-3.67 after 340 steps at lr 1.0 or 0.25 for every weight; with
 # these at 0.08x the lr, σ 2^-9 and 256 members it went down instead, bench/egg_bigram.py).
-BIGRAM_PARAMS = ("embed.weight", "head.weight")
+# Per model: the int8 transformer's head is its embedding (tied); its init MLP holds the bigram's asymmetry.
+BIGRAM_PARAMS = {"egg": ("embed.weight", "head.weight"),
+                 "int8-transformer": ("embed.weight", "init_mlp.up.weight", "init_mlp.down.weight")}
 BIGRAM_LR_SCALE = 0.08
 # Per model, on top of its own es_defaults. egg: threshold SGD (acc += lr·z, ±1 steps) on centered
 # ranks, lr 1.0 decaying 0.9998 per step (0.03 after 17,000 steps, about 20 CPU minutes).
@@ -38,9 +40,14 @@ TASK_ES_DEFAULTS = {"egg": {"population": 128, "update_rule": "int_sgd", "shapin
 # σ 2^-9 (the blocks start neutral, a smaller probe keeps the bigram intact), 256 members, lr 0.25
 # (bench/results/cpu/lm_egg_levers_2026-11-27.txt; checked on validation at seed 50:
 # lm_egg_default_2026-11-27.txt). --init random brings back the random start's width and settings above.
-MODEL_OPTION_DEFAULTS = {"egg": {"init": "bigram"}}
-BIGRAM_OPTION_DEFAULTS = {"hidden": 64}
-BIGRAM_ES_DEFAULTS = {"population": 256, "sigma": 2.0 ** -9, "lr": 0.25}
+# The int8 transformer's: the bigram at its own width 32 (its fit, embedding and init MLP, holds 3.77 val
+# bpb against the bigram's 3.73 at step 0 where width 64 holds the same at half the steps), at its own ES
+# settings but lr 0.125: 3-minute probes on validation, seed 1, from 3.77: lr 0.25 3.74, lr 0.125 3.71,
+# lr 0.0625 3.77, width 64 3.84 (bench/results/cpu/lm_int8_probes_2026-11-28.txt).
+MODEL_OPTION_DEFAULTS = {"egg": {"init": "bigram"}, "int8-transformer": {"init": "bigram"}}
+BIGRAM_OPTION_DEFAULTS = {"egg": {"hidden": 64}}
+BIGRAM_ES_DEFAULTS = {"egg": {"population": 256, "sigma": 2.0 ** -9, "lr": 0.25},
+                      "int8-transformer": {"lr": 0.125}}
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,9 @@ class LMOptions:
     temperature: float = option(0.6, "sampling temperature (> 0)")
     min_p: float = option(0.08, "drop tokens below min_p x the top probability")
     presence_penalty: float = option(0.2, "nats subtracted from tokens already present")
-    init: str = option("random", "initial weights: random, or bigram (egg only: embedding and head set from the "
-                                 "train split's byte bigram, blocks neutral; models/bigram_init.py)",
+    init: str = option("random", "initial weights: random, or bigram (egg, int8-transformer: the token's own "
+                                 "path, embedding to logits, set from the train split's byte bigram, blocks "
+                                 "neutral; models/bigram_init.py)",
                        choices=INITS)
     ntt: str = option("none", "extra causal transform features of the token window (float-gru only): none, "
                               "wht (Walsh-Hadamard) or fermat (number-theoretic transform mod 65537)",

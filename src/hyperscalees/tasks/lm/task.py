@@ -110,7 +110,7 @@ class LMTask(AbstractTask):
         keeps its embedding and head at a fraction of the lr (BIGRAM_LR_SCALE)."""
         groups = list(model.es_groups()) if hasattr(model, "es_groups") else []
         if self.options.init == "bigram":
-            groups.append({"params": list(BIGRAM_PARAMS), "lr_scale": BIGRAM_LR_SCALE, "name": "bigram"})
+            groups.append({"params": list(BIGRAM_PARAMS[self.options.model]), "lr_scale": BIGRAM_LR_SCALE, "name": "bigram"})
         return {"groups": groups} if groups else {}
 
     @classmethod
@@ -139,7 +139,7 @@ class LMTask(AbstractTask):
         user did not give; ``options`` holds the ones they did."""
         chosen = dict(MODEL_OPTION_DEFAULTS.get(options.get("model", LMOptions.model), {}))
         if options.get("init", chosen.get("init", LMOptions.init)) == "bigram":
-            chosen.update(BIGRAM_OPTION_DEFAULTS)
+            chosen.update(BIGRAM_OPTION_DEFAULTS.get(options.get("model", LMOptions.model), {}))
         return chosen
 
     @classmethod
@@ -147,7 +147,7 @@ class LMTask(AbstractTask):
         """The chosen model's ``es_defaults`` (ES settings the user did not give), and a bigram start's."""
         name = options.get("model", LMOptions.model)
         builder = LM_MODELS.get(name)
-        start = BIGRAM_ES_DEFAULTS if options.get("init", LMOptions.init) == "bigram" else {}
+        start = BIGRAM_ES_DEFAULTS.get(name, {}) if options.get("init", LMOptions.init) == "bigram" else {}
         return {**(getattr(builder, "es_defaults", {}) or {}), **TASK_ES_DEFAULTS.get(name, {}), **start}
 
     # -- data ----------------------------------------------------------------------------
