@@ -63,6 +63,10 @@ def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, st
         return None, "", f"killed after {timeout:g} s"
 
 
+# ES settings handed to train llm as they are (llm_tuning.SETTING_KEYS checks them): what evolves and the protocol
+PASSED_AS_FLAGS = ("subspace", "adapters", "train_problems", "evolve", "shaping", "group_fitness", "preset")
+
+
 def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, tuned: dict | None = None) -> list[str]:
     """The ES command line: the one place to adjust ES's flags. ``tuned``: lr, sigma, population and
     optionally optimizer, prompts and temperature (``llm_tuning.ES_GRID``); population and prompts
@@ -77,6 +81,7 @@ def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, 
             "--json", "--out", str(out_dir)]
     argv += [a for k in ("lr", "sigma", "temperature") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
     argv += ["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else []
+    argv += [a for k in PASSED_AS_FLAGS if k in tuned for a in (f"--{k.replace('_', '-')}", str(tuned[k]))]
     return argv + _device_flag(c)
 
 

@@ -25,6 +25,10 @@ from __future__ import annotations
 import statistics
 from typing import Callable
 
+from hyperscalees.strategies.rules.optimizers import OPTIMIZERS
+from hyperscalees.strategies.shaping import GROUP_FITNESS, SHAPINGS
+from hyperscalees.tasks.llm_presets import LLM_PRESETS
+
 TUNING_SEEDS = (0,)
 # Each grid: the four best of six settings per side explored on seed 0 (never a reported seed; saved in
 # bench/results/cpu/llm_demo1_explore_2026-11-27.txt), best first. train llm's defaults (sigma 1e-3) left 79% of
@@ -51,7 +55,13 @@ _GROUP = ("a whole number >= 2 (GRPO compares completions within a group)",
           lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 2)
 SETTING_KEYS = {
     "es": {"lr": _POSITIVE, "sigma": _POSITIVE, "population": _PAIRS, "prompts": _COUNT, "temperature": _POSITIVE,
-           "optimizer": ("one of sgd, adam, adamw, muon", lambda v: v in ("sgd", "adam", "adamw", "muon"))},
+           "optimizer": (f"one of {', '.join(OPTIMIZERS)}", lambda v: v in OPTIMIZERS),
+           # the anchors' protocol and what evolves (issue 40's pre-registrations), passed to train llm as flags
+           "subspace": _COUNT, "adapters": _COUNT, "train_problems": _COUNT,
+           "evolve": ("'norms' or glob patterns", lambda v: isinstance(v, str) and v.strip() != ""),
+           "shaping": (f"one of {', '.join(sorted(SHAPINGS))}", lambda v: v in SHAPINGS),
+           "group_fitness": (f"one of {', '.join(GROUP_FITNESS)}", lambda v: v in GROUP_FITNESS),
+           "preset": (f"one of {', '.join(LLM_PRESETS)}", lambda v: v in LLM_PRESETS)},
     "grpo": {"learning_rate": _POSITIVE, "generations": _GROUP, "prompts": _COUNT},
 }
 PROTOCOL = ("each method's grid (same size) trained on tuning seeds {seeds} for {budget:g} s per setting and seed, "

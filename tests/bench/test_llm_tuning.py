@@ -268,3 +268,21 @@ def test_the_device_reaches_both_runners_and_every_scorer(monkeypatch, tmp_path)
         bench_llm.run(model="m", device="cuda", side_by_side=True, log=lambda *_: None)
     with pytest.raises(BenchSetupError, match="cpu or cuda, got --device 'mps'"):
         bench_llm.run(model="m", device="mps", log=lambda *_: None)
+
+
+def test_the_anchors_protocol_and_small_sets_reach_train_llm_as_flags(tmp_path):
+    """Issue 40's pre-registrations name these ES settings: each is checked, then passed to train llm."""
+    from llm_runs import es_invocation
+    from llm_tuning import check_settings
+    tuned = check_settings("es", {"subspace": 1024, "train_problems": 64, "prompts": 64, "shaping": "z_score",
+                                  "group_fitness": "mean", "population": 30, "lr": 5e-4, "sigma": 1e-3})
+    c = {"task": "countdown", "task_options": {}, "prompts": 4, "max_new_tokens": 8, "eval_prompts": 4,
+         "population": 8}
+    argv = es_invocation("MODEL", 3, 10.0, tmp_path, c, tuned)
+    pairs = dict(zip(argv, argv[1:]))
+    assert pairs["--subspace"] == "1024" and pairs["--train-problems"] == "64" and pairs["--shaping"] == "z_score"
+    assert pairs["--group-fitness"] == "mean" and pairs["--prompts"] == "64" and pairs["--population"] == "30"
+    with pytest.raises(ValueError, match="subspace"):
+        check_settings("es", {"subspace": 0})
+    with pytest.raises(ValueError, match="optimizer"):
+        check_settings("es", {"optimizer": "lion"})  # read from the optimizer registry, which has no lion
