@@ -323,11 +323,32 @@ def test_a_node_killed_mid_step_loses_nothing(driver, tmp_path):
     kill("HS_NODE", "doomed")
 
 
+def only_the_head_alive(driver, timeout: float = 60.0) -> None:
+    """Wait until the nodes earlier tests started (and killed) are gone from the cluster and the head's
+    CPU is free: the precondition "the head alone" (an earlier node not yet declared dead, or an actor of
+    an earlier test still holding the head's CPU, would take the first worker elsewhere)."""
+    import ray
+    for name in ("second", "doomed"):
+        kill("HS_NODE", name)
+    ray.init(address=driver.address, logging_level="ERROR")
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+            if alive == [driver.head] and ray.available_resources().get("CPU", 0) >= 1:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"earlier nodes still alive or the head busy: {alive}, {ray.available_resources()}")
+    finally:
+        ray.shutdown()
+
+
 def test_a_node_added_mid_run_is_used_from_the_next_step(driver):
     """workers=1, max_workers=2 on the head alone: the second actor waits in Ray's queue. A node joins
     after step 2: Ray starts the actor there, it loads the coordinator's state of that moment (steps
     went by meanwhile), and from the step after it is up it takes chunks; the weights equal the local run's."""
     by_value()
+    only_the_head_alive(driver)
     chunk = 16
     backend = RayBackend(recipe, RayConfig(workers=1, max_workers=2, address=driver.address, hash_every=1,
                                            straggler_timeout=10.0), chunk=chunk)   # its first chunk is its own
