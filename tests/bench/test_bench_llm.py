@@ -108,7 +108,8 @@ def test_the_studys_flags_are_not_the_installed_benchmarks(argv, capsys):
     """The study's flags left hyperscalees bench with it: there they are unknown flags."""
     with pytest.raises(SystemExit) as e:
         main(argv)
-    assert e.value.code == 2 and f"unrecognized arguments {argv[2]}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unrecognized argument" in err and argv[2] in err
 
 
 @pytest.mark.slow
