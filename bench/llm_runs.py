@@ -25,6 +25,7 @@ from typing import Callable
 
 import hyperscalees
 from hyperscalees.benchmarks.base import BenchSetupError
+from hyperscalees.benchmarks.training_curves import json_object as _json_object  # re-used by the studies
 from llm_tuning import GRIDS, tune
 
 HERE = Path(__file__).resolve().parent  # bench/: the runners' scripts
@@ -196,17 +197,6 @@ def split_accuracy(model: str, c: dict, split: str = "test") -> dict:
 def before_accuracy(model: str, c: dict) -> dict:
     """A model folder's held-out (test) metrics: the starting model's, and ES's result's."""
     return split_accuracy(model, c, "test")
-
-
-def _json_object(text, what: str = "options") -> dict:
-    """A dict from JSON text (or a dict), refused with the bad text otherwise."""
-    try:
-        value = json.loads(text) if isinstance(text, str) else text
-    except json.JSONDecodeError as e:
-        raise BenchSetupError(f"{what} must be a JSON object, got {text!r} ({e.msg})") from None
-    if not isinstance(value, dict):
-        raise BenchSetupError(f"{what} must be a JSON object, got {text!r}")
-    return dict(value)
 
 
 def with_task(c: dict, task: str | None, task_options) -> dict:

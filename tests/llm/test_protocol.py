@@ -12,23 +12,10 @@ from hyperscalees.engine import make_config, run  # noqa: E402
 from hyperscalees.strategies.shaping import get_shaping, shape_fitness  # noqa: E402
 from hyperscalees.tasks.finetune import FinetuneTask  # noqa: E402
 from hyperscalees.tasks.llm_presets import LLM_PRESETS  # noqa: E402
-from tiny import save  # noqa: E402
 
 ARITH = {"task": "arithmetic", "max_new_tokens": 8, "eval_prompts": 4}
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return str(save("llama", tmp_path_factory.mktemp("m") / "llama"))
-
-
-@pytest.fixture(scope="module")
-def variety(tmp_path_factory):
-    """A reward with a spread (a random model's answers all score 0 on the task): distinct characters."""
-    path = tmp_path_factory.mktemp("r") / "variety.py"
-    path.write_text("def variety(prompt, completion):\n    return float(len(set(completion)))\n")
-    return f"{path}:variety"
 
 
 def cli(*argv):

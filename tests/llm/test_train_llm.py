@@ -11,25 +11,12 @@ pytest.importorskip("transformers")
 from hyperscalees.cli.main import main  # noqa: E402
 from hyperscalees.engine import make_config, run  # noqa: E402
 from hyperscalees.tasks.problems import PROBLEM_SETS  # noqa: E402
-from tiny import save  # noqa: E402
 
 ARITH = {"task": "arithmetic", "prompts": 2, "max_new_tokens": 8, "eval_prompts": 4}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return str(save("llama", tmp_path_factory.mktemp("m") / "llama"))
-
-
-@pytest.fixture(scope="module")
-def variety(tmp_path_factory):
-    """A user reward file: distinct characters written (a random model's answers all score 0 on the task)."""
-    path = tmp_path_factory.mktemp("r") / "variety.py"
-    path.write_text("def variety(prompt, completion):\n    return float(len(set(completion)))\n")
-    return f"{path}:variety"
 
 
 def config(folder, out, steps=3, resume=None, reward="", options=(), **engine):

@@ -8,23 +8,11 @@ import torch
 pytest.importorskip("transformers")
 from hyperscalees.cli.main import main  # noqa: E402
 from hyperscalees.engine import make_config, run  # noqa: E402
-from tiny import save  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 ARITH = {"task": "arithmetic", "prompts": 2, "max_new_tokens": 6, "eval_prompts": 2}
 SELECTIONS = {"subspace": {"subspace": 8}, "adapters": {"adapters": 2}, "norms": {"evolve": "norms"}}
 
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return str(save("llama", tmp_path_factory.mktemp("m") / "llama"))
-
-
-@pytest.fixture(scope="module")
-def variety(tmp_path_factory):
-    path = tmp_path_factory.mktemp("r") / "variety.py"
-    path.write_text("def variety(prompt, completion):\n    return float(len(set(completion)))\n")
-    return f"{path}:variety"
 
 
 def config(folder, out, options, reward, steps=3, resume=None):
