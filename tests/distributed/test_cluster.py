@@ -148,7 +148,6 @@ def cluster():
         lines = recipe_lines()
         c.token = c.run(lines[0], node="head").stdout.strip().splitlines()[-1]
         c.run(lines[1], node="head")
-        c.head = c.node_id("head")
         yield c
     finally:
         with contextlib.suppress(Exception):
@@ -250,14 +249,13 @@ def test_the_docs_recipe_runs_on_two_nodes_bit_identical_to_a_local_run(cluster,
     each node (the chunks each node's actor returned, by node id), the local run's weights bit for bit;
     without RAY_AUTH_MODE, or with a wrong token, the driver is refused in one line within seconds."""
     second = cluster.add_node("second")
-    assert second != cluster.head
     lines = recipe_lines()
     train = lines[3].split("#", 1)[0].rstrip().replace("--workers 8", "--workers 2").replace("runs/digits", str(tmp_path / "ray"))
     small = " --steps 3 --seed 7 --population 256 --json"
     done = cluster.run(train + small)
     report = json.loads(done.stdout)["backend"]
     assert report["workers"] == 2, report
-    assert set(report["chunks_by_node"]) == {cluster.head, second}, (report, cluster.head, second)
+    assert len(report["chunks_by_node"]) == 2 and second in report["chunks_by_node"], (report, second)  # both nodes
     assert all(n > 0 for n in report["chunks_by_node"].values()), report
     code = main(["train", "digits", "--out", str(tmp_path / "local")] + small.split())
     assert code == 0, capsys.readouterr().err
@@ -309,7 +307,8 @@ def test_a_node_killed_mid_step_loses_nothing(driver, tmp_path):
     thread.join(5)
     assert "raylet" in killed, "step 3 never ran on the second node"
     assert report["restarts"] >= 1 and report["requeued"] + report["reissued"] >= 1, report
-    assert report["chunks_by_node"].get(node, 0) > 0 and report["chunks_by_node"][driver.head] > 0, report
+    assert report["chunks_by_node"].get(node, 0) > 0, report
+    assert any(n != node and k > 0 for n, k in report["chunks_by_node"].items()), report  # the head went on
     assert backend.step_times[3] < 60, backend.step_times        # not the stall: the node's death ended it
     assert max(backend.step_times[s] for s in range(5, steps)) < 5.0, backend.step_times  # nor its replacement
     for _ in range(100):                                          # the raylet's death took its worker along
