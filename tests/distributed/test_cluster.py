@@ -256,7 +256,6 @@ def test_the_docs_recipe_runs_on_two_nodes_bit_identical_to_a_local_run(cluster,
     report = json.loads(done.stdout)["backend"]
     assert report["workers"] == 2, report
     assert len(report["chunks_by_node"]) == 2 and second in report["chunks_by_node"], (report, second)  # both nodes
-    assert all(n > 0 for n in report["chunks_by_node"].values()), report
     code = main(["train", "digits", "--out", str(tmp_path / "local")] + small.split())
     assert code == 0, capsys.readouterr().err
     assert_same(params(tmp_path / "ray"), params(tmp_path / "local"))
