@@ -31,6 +31,9 @@ from llm_tuning import GRIDS, tune
 HERE = Path(__file__).resolve().parent  # bench/: the runners' scripts
 
 ES_MAX_STEPS = 1_000_000  # ES stops on its budget, never on a step count
+# train llm's own closing evaluation, inside its clock: never the reported score (that is scored here, outside
+# both clocks), so it is kept small -- a pooled held-out set of ~2,000 problems would eat ES's budget
+ES_RUN_EVAL_PROMPTS = 16
 STARTUP_SLACK_S = 600  # past the budget before a run is killed: imports, model, evaluations, export
 
 
@@ -76,7 +79,8 @@ def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, 
     argv = [sys.executable, str(HERE / "es_run.py"), "train", "llm", "--model", model, "--task", c["task"],
             "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
             "--prompts", str(tuned.get("prompts", c["prompts"])),
-            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
+            "--max-new-tokens", str(c["max_new_tokens"]),
+            "--eval-prompts", str(min(c["eval_prompts"], ES_RUN_EVAL_PROMPTS)),
             "--population", str(tuned.get("population", c["population"])), "--time-budget", f"{budget:g}",
             "--steps", str(ES_MAX_STEPS), "--eval-every", str(ES_MAX_STEPS), "--no-eval-at-start",
             "--json", "--out", str(out_dir)]
@@ -222,12 +226,13 @@ def validation_accuracy(model: str, c: dict) -> dict:
 
 
 def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,
-             log, side_by_side: bool = False) -> dict:
+             log, side_by_side: bool = False, grids: dict | None = None) -> dict:
     """:func:`tune` over real runs (``sides[method]``: :func:`run_es` / :func:`run_grpo`): every setting
     trained on every tuning seed, scored by :func:`validation_accuracy`; ``quick``: two settings each.
     ``side_by_side``: each method's i-th setting runs beside the others' i-th on the same seed, started
-    together (:func:`concurrently`), before :func:`tune` reads the scores."""
-    grids = {m: GRIDS[m][:2] if quick else GRIDS[m] for m in methods}
+    together (:func:`concurrently`), before :func:`tune` reads the scores. ``grids``: each method's grid
+    instead of ``llm_tuning.GRIDS`` (``--grid``: a pre-registration's own)."""
+    grids = {m: (grids or GRIDS)[m][:2] if quick else (grids or GRIDS)[m] for m in methods}
     log(f"llm_vs_grpo: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
         f"{len(seeds)} seeds x {budget:g} s" + (", side by side" if side_by_side else ""))
 

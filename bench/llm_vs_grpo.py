@@ -169,7 +169,7 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
                    "threads": threads, "side_by_side": side_by_side, "before": before, "acc_after_median": med,
                    "settings": {k: c[k] for k in ("prompts", "generations", "population", "max_new_tokens",
                                                   "eval_prompts")},
-                   "tuned": (llm_tuning.PROTOCOL.format(seeds=tuning["seeds"], budget=budget,
+                   "tuned": (llm_tuning.PROTOCOL.format(seeds=tuning["seeds"], budget=tuning.get("budget_s", budget),
                                                         chosen={m: t["chosen"] for m, t in tuning["methods"].items()})
                              if tuning else GIVEN.format(given=given) if given else UNTUNED),
                    "device": device_name(c.get("device", "cpu")), "environment": environment()}
@@ -275,6 +275,24 @@ def given_settings(text, methods) -> dict:
     return value
 
 
+def given_grids(text, methods) -> dict:
+    """``--grid``: ``{method: [settings, ...]}`` from JSON text (or a dict), one list for every method run
+    here, each entry checked and the lists of equal length (``llm_tuning.check_grids``: the same tuning
+    budget on both sides)."""
+    value = _json_object(text, "--grid")
+    if set(value) != set(methods):
+        raise BenchSetupError(f"--grid needs a list of settings for each method run here ({list(methods)}), "
+                              f"got {sorted(value)}")
+    if not all(isinstance(g, list) for g in value.values()):
+        raise BenchSetupError(f"--grid: each method's grid is a JSON list of settings, got {value}")
+    grids = {m: tuple(value[m]) for m in methods}
+    try:
+        llm_tuning.check_grids(grids)
+    except ValueError as e:
+        raise BenchSetupError(f"--grid: {e}") from None
+    return grids
+
+
 def with_eval_prompts(c: dict, count) -> dict:
     """``c`` scoring on the first ``count`` distinct problems of the test (and validation) split,
     refused unless both splits hold that many."""
@@ -293,7 +311,8 @@ def with_eval_prompts(c: dict, count) -> dict:
 def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=None, plot=None, threads: int = 1,
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
         tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
-        side_by_side: bool = False, eval_prompts=None, settings=None) -> Report:
+        side_by_side: bool = False, eval_prompts=None, settings=None, grid=None, tune_only: bool = False,
+        tuning_budget=None) -> Report:
     if device not in ("cpu", "cuda"):
         raise BenchSetupError(f"llm_vs_grpo runs on cpu or cuda, got --device {device!r}")
     c = {**with_task(configs(quick), task, task_options), "device": device}
@@ -306,6 +325,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
             "task_options"]
     seeds, budget = tuple(seeds or c["seeds"]), float(budget or c["budget"])
     methods = tuple(methods or METHODS)
+    if (tune_only or tuning_budget is not None) and not tune:
+        raise BenchSetupError("--tune-only and --tuning-budget need --tune")
     if tuning_seeds is not None and not tune:
         raise BenchSetupError("--tuning-seeds needs --tune (without it nothing is tuned)")
     tuning_seeds = tuple(llm_tuning.TUNING_SEEDS if tuning_seeds is None else tuning_seeds)
@@ -315,6 +336,9 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
     if tune and settings is not None:
         raise BenchSetupError("--settings gives each method its settings, --tune chooses them: use one")
     given = given_settings(settings, methods) if settings is not None else None
+    grids = given_grids(grid, methods) if grid is not None else None
+    if grids is not None and not tune:
+        raise BenchSetupError("--grid gives the settings --tune chooses from: it needs --tune")
     if side_by_side:
         check_side_by_side(methods, threads, device=device)
     if "grpo" in methods:
@@ -337,8 +361,9 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         before = before_accuracy(model, c)
         log(f"llm_vs_grpo: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
-        tuning = (run_grid(sides, model, methods, tuning_seeds, budget, threads, c, quick, log,
-                           side_by_side=side_by_side) if tune else None)
+        tuning_budget = float(tuning_budget or budget)
+        tuning = (run_grid(sides, model, methods, tuning_seeds, tuning_budget, threads, c, quick, log,
+                           side_by_side=side_by_side, grids=grids) if tune else None)
         chosen = {m: tuning[m]["chosen"] if tuning else (given or {}).get(m) for m in methods}
         runs = {m: [] for m in methods}
 
@@ -359,7 +384,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
             log(f"    {m} seed {seed}: {rec['status']}; accuracy {before['accuracy']:.3f} -> "
                 + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
 
-        for i, seed in enumerate(seeds):
+        for i, seed in enumerate(() if tune_only else seeds):
             order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
             if side_by_side:
                 for m, rec in zip(order, concurrently([lambda m=m: one_run(m, seed) for m in order])):
@@ -372,7 +397,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
     if runs_dir is not None:
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
     return build_report(model, before, runs, budget, threads, c, notes, warm,
-                        tuning and {"seeds": list(tuning_seeds), "methods": tuning}, side_by_side, given)
+                        tuning and {"seeds": list(tuning_seeds), "budget_s": tuning_budget, "methods": tuning},
+                        side_by_side, given)
 
 
 def flags(p) -> None:
@@ -401,6 +427,15 @@ def flags(p) -> None:
                    help="each method's settings instead of its defaults, no tuning, e.g. '{\"es\": {\"lr\": 1e-4, "
                         "\"sigma\": 1e-2, \"optimizer\": \"sgd\", \"population\": 512}, \"grpo\": {\"learning_rate\": "
                         "3e-4, \"prompts\": 16}}' (settings a tuning chose, on fresh seeds)")
+    p.add_argument("--tune-only", action="store_true", default=None,
+                   help="with --tune: stop after tuning (the reported seeds then run later, with --settings set to "
+                        "the choice)")
+    p.add_argument("--tuning-budget", type=study_cli.positive_float, default=None, metavar="SECONDS",
+                   help="with --tune: each tuning run's wall-clock budget (default: --budget)")
+    p.add_argument("--grid", default=None, metavar="JSON",
+                   help="with --tune: each method's grid instead of the built-in one, the same length for every "
+                        "method, e.g. '{\"es\": [{\"lr\": 1e-4}, {\"lr\": 1e-3}], \"grpo\": [{\"learning_rate\": "
+                        "1e-4}, {\"learning_rate\": 1e-3}]}' (a pre-registration's grid)")
     p.add_argument("--side-by-side", action="store_true", default=None,
                    help="run each seed's ES and GRPO runs (and each tuning setting pair) at the same time, one per "
                         "core: both meet the same contention, in half the wall clock; needs 2 x --threads CPUs")
