@@ -42,9 +42,10 @@ class BudgetStop:
     """A TRL/transformers trainer callback (by shape: the trainer calls ``on_<event>`` methods) that
     stops training before the next step would pass ``budget`` seconds and records the curve."""
 
-    def __init__(self, budget: float):
+    def __init__(self, budget: float, snapshot=None):
         self.budget, self.t0, self.last_step_s, self.t_step = budget, None, 0.0, None
         self.curve, self.stopped = [], "max_steps"
+        self.snapshot = snapshot  # (model, step, elapsed) -> None, called after every step (it decides when)
 
     def __getattr__(self, name):  # every other event: nothing to do
         if name.startswith("on_"):
@@ -62,6 +63,8 @@ class BudgetStop:
 
     def on_step_end(self, args, state, control, **kwargs):
         self.last_step_s = time.perf_counter() - self.t_step
+        if self.snapshot is not None:  # like ES's --snapshot-minutes: the write counts against the clock
+            self.snapshot(kwargs["model"], int(state.global_step), self.elapsed())
         if self.elapsed() + self.last_step_s > self.budget:
             control.should_training_stop = True
             self.stopped = "budget"
@@ -70,6 +73,29 @@ class BudgetStop:
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "reward" in logs:
             self.curve.append([round(self.elapsed(), 3), float(logs["reward"])])
+
+
+def snapshotter(a, tok):
+    """``--snapshot-every``: a callback writing ``a.snapshot_dir/snapshots/step_N/export`` (a
+    ``save_pretrained`` folder) and its index line, as ``train llm --snapshot-minutes`` does (the same
+    ``engine/snapshots.py``), so both sides' curves are read and scored alike."""
+    if a.snapshot_every is None:
+        return None
+    from pathlib import Path
+
+    from hyperscalees import llm
+    from hyperscalees.engine.snapshots import Snapshots
+
+    class Export:  # the one method Snapshots.write calls on a task
+        def export(self, model, directory):
+            return {"export": str(llm.save_pretrained(model, tok, Path(directory) / "export", overwrite=True))}
+
+    snaps, out = Snapshots(a.snapshot_every), Path(a.snapshot_dir)
+
+    def snapshot(model, step, elapsed):
+        if snaps.due(elapsed):
+            snaps.write(Export(), model, out, step, elapsed)
+    return snapshot
 
 
 def cut(text: str, stop: str = STOP) -> str:
@@ -94,6 +120,9 @@ def parse(argv=None):
     p.add_argument("--learning-rate", type=float, default=None, help="default: TRL's (1e-6)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model trains and is scored")
+    p.add_argument("--snapshot-every", type=float, default=None, metavar="SECONDS",
+                   help="save the model to --snapshot-dir every SECONDS of training (ES's --snapshot-minutes)")
+    p.add_argument("--snapshot-dir", default=None, metavar="DIR", help="where --snapshot-every writes")
     p.add_argument("--save", default=None, metavar="DIR", help="save the trained model here (save_pretrained form)")
     return p.parse_args(argv)
 
@@ -120,7 +149,7 @@ def run(a) -> dict:
     def reward(prompts, completions, **kw):
         return [task.reward(p, cut(c)) for p, c in zip(prompts, completions)]
 
-    stopper = BudgetStop(a.budget)
+    stopper = BudgetStop(a.budget, snapshotter(a, tok))
     settings = dict(use_cpu=a.device == "cpu", bf16=False, beta=0.0, temperature=1.0, seed=a.seed, data_seed=a.seed,
                     num_generations=a.generations, per_device_train_batch_size=a.prompts * a.generations,
                     gradient_accumulation_steps=1, max_completion_length=a.max_new_tokens, max_steps=a.max_steps,
@@ -168,6 +197,10 @@ def main(argv=None) -> int:
         return 2
     if not a.budget > 0:
         print("grpo_run: --budget must be > 0 seconds", file=sys.stderr)
+        return 2
+    if (a.snapshot_every is None) != (a.snapshot_dir is None) or (a.snapshot_every is not None
+                                                                  and not a.snapshot_every > 0):
+        print("grpo_run: --snapshot-every SECONDS (> 0) and --snapshot-dir DIR go together", file=sys.stderr)
         return 2
     if a.device == "cuda":
         import torch

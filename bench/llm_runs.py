@@ -87,6 +87,7 @@ def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, 
     argv += [a for k in ("lr", "sigma", "temperature") if k in tuned for a in (f"--{k}", f"{tuned[k]:g}")]
     argv += ["--optimizer", tuned["optimizer"]] if "optimizer" in tuned else []
     argv += [a for k in PASSED_AS_FLAGS if k in tuned for a in (f"--{k.replace('_', '-')}", str(tuned[k]))]
+    argv += ["--snapshot-minutes", f"{c['snapshot_s'] / 60:g}"] if c.get("snapshot_s") else []
     return argv + _device_flag(c)
 
 
@@ -136,6 +137,7 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
         if ok:  # scored here, outside the clock, as GRPO's: the run's own last evaluation may meet the deadline
             after = before_accuracy(summary["paths"]["export"], c)
             val = validation_accuracy(summary["paths"]["export"], c) if validate else None
+            held_curve = score_snapshots(Path(tmp) / "run", c)
     if not ok:
         return {"method": "es", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
     tuned = tuned or {}
@@ -146,6 +148,7 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
            "stopped": summary.get("stopped"), "train_s": train_s, "generations": generations,
            "generations_per_s": generations / train_s if train_s > 0 else None,
            "curve": [[float(r["time"]), float(r["fitness_mean"])] for r in rows], "argv": argv[2:],
+           "held_out_curve": with_end(held_curve, [train_s, after["accuracy"], after["formatted"], steps]),
            "settings": {**tuned, "population": population, "prompts": prompts,
                         "max_new_tokens": c["max_new_tokens"], "eval_prompts": c["eval_prompts"],
                         "budget_s": budget, "threads": threads}}
@@ -170,13 +173,20 @@ def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
 def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
              validate: bool = False) -> dict:
     """One GRPO run; ``validate``: also save the trained model and score it on the validation problems."""
+    pooled, snaps = c.get("held_out") == "pooled", c.get("snapshot_s")
     with tempfile.TemporaryDirectory(prefix="hs_bench_llm_grpo_") as tmp:
         argv = grpo_invocation(model, seed, budget, c, threads, tuned)
-        rc, out, err = _call(argv + (["--save", str(Path(tmp) / "model")] if validate else []),
+        argv += ["--snapshot-every", f"{snaps:g}", "--snapshot-dir", str(Path(tmp) / "run")] if snaps else []
+        saved = str(Path(tmp) / "model")
+        rc, out, err = _call(argv + (["--save", saved] if validate or pooled or snaps else []),
                              budget + STARTUP_SLACK_S, threads)
         rec = _last_json(out)
         ok = rc == 0 and rec is not None
-        val = validation_accuracy(str(Path(tmp) / "model"), c) if ok and validate else None
+        val = validation_accuracy(saved, c) if ok and validate else None
+        if ok and (pooled or snaps):  # the parent scores, as ES's: the child scored the first E test problems
+            rec = {**rec, "after": before_accuracy(saved, c), "after_in_run": rec["after"]}
+            rec["held_out_curve"] = with_end(score_snapshots(Path(tmp) / "run", c), [
+                rec["train_s"], rec["after"]["accuracy"], rec["after"]["formatted"], rec["steps"]])
     if not ok:
         return {"method": "grpo", "seed": seed, "status": _failure(rc, err), "after": None, "curve": []}
     rec = {**rec, "status": "ok", "argv": argv[2:]}
@@ -198,9 +208,39 @@ def split_accuracy(model: str, c: dict, split: str = "test") -> dict:
                     c["eval_prompts"], split=split)
 
 
+def pooled_accuracy(model: str, c: dict) -> dict:
+    """A model folder's metrics on every distinct validation and test problem, pooled (``--held-out
+    pooled``: the issue-40 pre-registrations' held-out set), with ``problems`` the count."""
+    from hyperscalees.tasks.problems import PROBLEM_SETS
+    task = PROBLEM_SETS[c["task"]](seed=0, options=c["task_options"])
+    sizes = {split: task.distinct_size(split) for split in ("validation", "test")}
+    parts = {split: split_accuracy(model, {**c, "eval_prompts": n}, split) for split, n in sizes.items()}
+    total = sum(sizes.values())
+    return {**{k: sum(parts[s][k] * sizes[s] for s in sizes) / total for k in ("accuracy", "formatted", "reward")},
+            "problems": total}
+
+
 def before_accuracy(model: str, c: dict) -> dict:
-    """A model folder's held-out (test) metrics: the starting model's, and ES's result's."""
-    return split_accuracy(model, c, "test")
+    """A model folder's held-out metrics (the first E test problems, or ``--held-out pooled``): the
+    starting model's, and every run's result's."""
+    return pooled_accuracy(model, c) if c.get("held_out") == "pooled" else split_accuracy(model, c, "test")
+
+
+def with_end(curve: list[list], end: list) -> list[list]:
+    """The held-out curve closed by the run's end (``[seconds, accuracy, formatted, step]``); a snapshot
+    of the last step is that same model, so it gives way to the end point."""
+    return [p for p in curve if p[3] != end[3]] + [end]
+
+
+def score_snapshots(run_dir: Path, c: dict) -> list[list]:
+    """``[[seconds, accuracy, formatted, step], ...]``: every snapshot a run wrote (``--snapshot-minutes``,
+    ``grpo_run --snapshot-every``), scored like the end (:func:`before_accuracy`), outside the clock."""
+    from hyperscalees.engine.snapshots import read_snapshots
+    out = []
+    for snap in read_snapshots(run_dir):
+        m = before_accuracy(snap["path"]["export"], c)
+        out.append([snap["time"], m["accuracy"], m["formatted"], snap["step"]])
+    return out
 
 
 def with_task(c: dict, task: str | None, task_options) -> dict:

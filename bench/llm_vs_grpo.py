@@ -76,6 +76,8 @@ UNTUNED = "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperatu
 GIVEN = ("nothing here: the settings were given (--settings) {given}; a method not named runs its defaults "
          "(ES train llm's, GRPO TRL's)")
 METHODS = ("es", "grpo")
+HELD_OUT = {"test": "the first {e} distinct test problems (the same for every seed)",
+            "pooled": "every distinct validation and test problem, pooled ({n} problems)"}
 TASK = "arithmetic"
 # two steps, operands up to 5: thousands of distinct problems, so a 9-minute warm start reaches ~40% held-out
 # accuracy without memorising the training problems (one step: ~100 problems, memorised; operands up to 9: 5%)
@@ -178,10 +180,11 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
     if tuning:
         rep.summary["tuning"] = {**tuning, "validation": llm_tuning.VALIDATION.format(count=c["eval_prompts"])}
     rep.details = {"methods": summaries, "runs": runs}
-    rep.notes += [f"acc: held-out accuracy, greedy, first {c['eval_prompts']} distinct test problems (same for every "
-                  "seed); "
+    scored = before.get("problems", c["eval_prompts"])
+    rep.notes += [f"acc: held-out accuracy, greedy, "
+                  + HELD_OUT[c.get("held_out", "test")].format(e=c["eval_prompts"], n=scored) + "; "
                   f"acc_before is the starting model's; a score's standard error is up to "
-                  f"{50 / c['eval_prompts'] ** 0.5:.1f} points (--eval-prompts sets how many problems)",
+                  f"{50 / scored ** 0.5:.1f} points (--eval-prompts / --held-out set how many problems)",
                   f"every run: {budget:g} s of training wall clock on {device_name(c.get('device', 'cpu'))}, "
                   f"OMP_NUM_THREADS={threads}, "
                   + ("a seed's ES and GRPO runs side by side (started together, one per core)" if side_by_side
@@ -312,10 +315,13 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
         tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
         side_by_side: bool = False, eval_prompts=None, settings=None, grid=None, tune_only: bool = False,
-        tuning_budget=None) -> Report:
+        tuning_budget=None, held_out: str = "test", snapshot_every=None) -> Report:
     if device not in ("cpu", "cuda"):
         raise BenchSetupError(f"llm_vs_grpo runs on cpu or cuda, got --device {device!r}")
-    c = {**with_task(configs(quick), task, task_options), "device": device}
+    if held_out not in HELD_OUT:
+        raise BenchSetupError(f"--held-out must be one of {list(HELD_OUT)}, got {held_out!r}")
+    c = {**with_task(configs(quick), task, task_options), "device": device, "held_out": held_out,
+         "snapshot_s": snapshot_every}
     if eval_prompts is not None:
         c = with_eval_prompts(c, eval_prompts)
     if warm_start_options is not None:
@@ -427,6 +433,12 @@ def flags(p) -> None:
                    help="each method's settings instead of its defaults, no tuning, e.g. '{\"es\": {\"lr\": 1e-4, "
                         "\"sigma\": 1e-2, \"optimizer\": \"sgd\", \"population\": 512}, \"grpo\": {\"learning_rate\": "
                         "3e-4, \"prompts\": 16}}' (settings a tuning chose, on fresh seeds)")
+    p.add_argument("--held-out", default=None, choices=tuple(HELD_OUT),
+                   help="what every reported score answers: test (the first --eval-prompts distinct test problems, "
+                        "the default) or pooled (every distinct validation and test problem)")
+    p.add_argument("--snapshot-every", type=study_cli.positive_float, default=None, metavar="SECONDS",
+                   help="both sides save their model every SECONDS of training; each is scored afterwards, outside "
+                        "the clock: a held-out curve against wall clock per run (held_out_curve)")
     p.add_argument("--tune-only", action="store_true", default=None,
                    help="with --tune: stop after tuning (the reported seeds then run later, with --settings set to "
                         "the choice)")

@@ -23,7 +23,7 @@ ES_VALUES = {"population": ("514", 514), "sigma": ("0.25", 0.25), "rank": ("3", 
              "tie_sigma_growth": ("2.5", 2.5), "fp32_masters": (None, False),
              "antithetic": (None, False)}
 ENGINE_VALUES = {"steps": ("7", 7), "time_budget": ("2.5", 2.5), "eval_every": ("3", 3),
-                 "checkpoint_every": ("2", 2), "checkpoint_minutes": ("2.5", 2.5), "out": ("runs/x", "runs/x"),
+                 "checkpoint_every": ("2", 2), "checkpoint_minutes": ("2.5", 2.5), "snapshot_minutes": ("1.5", 1.5), "out": ("runs/x", "runs/x"),
                  "resume": ("runs/y", "runs/y"), "device": ("cpu", "cpu"), "json": (None, True), "chunk": ("64", 64),
                  "overwrite": (None, True), "tensorboard": ("runs/tb", "runs/tb"),
                  "restart_patience": ("40", 40), "restart_min_delta": ("1.5", 1.5),

@@ -35,8 +35,8 @@ from .base import (StoreExplicit, add_dataclass_flags, collect, explicit, fail, 
 TRAINERS = ("es", "backprop")
 BACKPROP_LR = 3e-3  # Adam's usual step for small float models, used by --trainer backprop unless --lr is given
 # the rest is about this invocation
-RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "checkpoint_minutes", "chunk", "restart_patience",
-                  "restart_min_delta")
+RESUMED_ENGINE = ("steps", "eval_every", "checkpoint_every", "checkpoint_minutes", "snapshot_minutes", "chunk",
+                  "restart_patience", "restart_min_delta")
 # choices read from the registries when the flags are built (a registered rule or shaping appears)
 ES_CHOICES = {"optimizer": lambda: tuple(OPTIMIZERS), "shaping": lambda: tuple(sorted(SHAPINGS)),
               "distribution": DISTRIBUTIONS, "estimator": ESTIMATORS, "group_fitness": GROUP_FITNESS,
@@ -154,7 +154,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                 strategy = saved["strategy"]
             es.update({k: v for k, v in saved["es"].items() if f"es.{k}" not in typed})
             options.update({k: v for k, v in saved["options"].items() if f"options.{k}" not in typed})
-            engine.update({k: saved["engine"][k] for k in RESUMED_ENGINE if f"engine.{k}" not in typed})
+            engine.update({k: saved["engine"][k] for k in RESUMED_ENGINE  # a key an older run lacks: the default
+                           if f"engine.{k}" not in typed and k in saved["engine"]})
             mup = mup if "run.mup" in typed else saved.get("mup_base")
     return make_config(args.task, strategy=strategy, es=es, engine=engine, options=options, mup_base=mup)
 

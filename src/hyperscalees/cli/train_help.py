@@ -44,6 +44,8 @@ HELP = {
                      "llm: --no-eval-at-start skips it)",
     "checkpoint_every": "checkpoint every K steps (0: by time, --checkpoint-minutes)",
     "checkpoint_minutes": "also checkpoint whenever MINUTES of wall time passed since the last one (0: never)",
+    "snapshot_minutes": ("export the model to OUT/snapshots/step_N every MINUTES of the run's wall clock (0: never), "
+                         "to score a curve of held-out metrics against wall time afterwards (train llm)"),
     "restart_patience": "re-draw the weights and start the update rule afresh after K steps without a better "
                         "evaluation, unless the task's target is reached (0: never)",
     "restart_min_delta": "an evaluation is better only if it beats the best since the last (re)start by more than "
@@ -71,7 +73,7 @@ HELP = {
     "dashboard": "start Ray's dashboard (local Ray only, on 127.0.0.1)",
     "temp_dir": "directory for a local Ray's session files (default: Ray's, /tmp/ray)",
 }
-METAVARS = {"checkpoint_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
+METAVARS = {"checkpoint_minutes": "MINUTES", "snapshot_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
             "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",
             "steps": "N", "chunk": "N", "device": "DEVICE", "tensorboard": "DIR", "restart_patience": "K",
             "restart_min_delta": "DELTA"}

@@ -31,6 +31,7 @@ class EngineConfig:
     eval_at_start: bool = False         # also held-out metrics before a fresh run's first step (its start)
     checkpoint_every: int = 0           # steps between checkpoints; 0: by time only (checkpoint_minutes)
     checkpoint_minutes: float = 5.0     # also checkpoint when this much wall time passed since the last (0: never)
+    snapshot_minutes: float = 0.0       # export the model every this much wall time, for a curve (0: never)
     out: str | None = None              # run directory: checkpoint, metrics.jsonl/.csv, curve.png
     resume: str | None = None           # a previous run directory to continue from
     device: str | None = None           # None: cuda if available, else cpu
@@ -52,6 +53,8 @@ class EngineConfig:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every!r}")
         if not (math.isfinite(self.checkpoint_minutes) and self.checkpoint_minutes >= 0):
             raise ValueError(f"checkpoint_minutes must be a finite number >= 0, got {self.checkpoint_minutes!r}")
+        if not (math.isfinite(self.snapshot_minutes) and self.snapshot_minutes >= 0):
+            raise ValueError(f"snapshot_minutes must be a finite number >= 0, got {self.snapshot_minutes!r}")
         if self.restart_patience < 0:
             raise ValueError(f"restart_patience must be >= 0 steps (0: never restart), got {self.restart_patience!r}")
         if not (math.isfinite(self.restart_min_delta) and self.restart_min_delta >= 0):

@@ -43,6 +43,7 @@ from .recipe import TaskRecipe
 from .relocate import check_resumed_data
 from .restarts import StallRestarts, restart
 from .resume import parse_config, resume
+from .snapshots import Snapshots, check_snapshots
 from .tensorboard import TensorBoardSink
 from .run_dir import Replacement, holds_anything, refuse_nonempty, remove_empty_failed
 
@@ -90,6 +91,7 @@ class _Run:
     deadline: float | None
     t0: float
     saved_at: float  # the last save (or the start): a long run loses at most checkpoint_minutes to a kill
+    snapshots: Snapshots | None = None  # --snapshot-minutes: the exported model every few minutes
 
     @property
     def es(self):
@@ -118,6 +120,7 @@ def _start(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start, sta
     replacing = _claim(out, cfg, stack)
     out = replacing.staging if replacing else out
     recipe, task = TaskRecipe.for_driver(cfg)
+    check_snapshots(task, eng.snapshot_minutes, out)
     backend = (backend or LocalBackend)(recipe, chunk=eng.chunk)
     stack.callback(backend.close)
     es = backend.es
@@ -141,7 +144,8 @@ def _start(cfg: TrainConfig, backend, out: Path | None, t0: float, on_start, sta
     deadline = None if eng.time_budget is None else t0 + eng.time_budget
     evals = Evaluations(task, es.model, lambda: signal_name(stop.signum) if stop.requested else None, deadline)
     return _Run(cfg, task, backend, out, replacing, restarts, logger, board, stop, evals, deadline, t0,
-                saved_at=time.perf_counter())
+                saved_at=time.perf_counter(),
+                snapshots=Snapshots(60.0 * eng.snapshot_minutes) if eng.snapshot_minutes else None)
 
 
 def _claim(out: Path | None, cfg: TrainConfig, stack: contextlib.ExitStack) -> Replacement | None:
@@ -187,6 +191,8 @@ def _step(r: _Run, bar: tqdm) -> bool:
     bar.update(1)
     bar.set_postfix(fitness=f"{stats['fitness_mean']:.4g}",
                     **{task.metric: f"{evals.metrics.get(task.metric, float('nan')):.4g}"}, **task.progress(step_time))
+    if r.snapshots is not None and r.snapshots.due(time.perf_counter() - r.t0):
+        r.snapshots.write(task, es.model, r.out, es.step, time.perf_counter() - r.t0)
     if r.out and not (last or out_of_time) and _checkpoint_due(eng, es.step, r.saved_at):
         save_checkpoint(r.out, es, r.cfg.to_dict(), task_state=task.state_dict(), extra=_extra(r.restarts))
         r.out, r.saved_at = _swap_in(r.replacing, r.logger, r.out), time.perf_counter()

@@ -1,0 +1,119 @@
+"""What the issue-40 pre-registrations need of bench/llm_vs_grpo.py: a pre-registered grid (``--grid``),
+tuning alone (``--tune-only``, ``--tuning-budget``), the pooled held-out set (``--held-out pooled``)
+and held-out curves from snapshots (``--snapshot-every``) on both sides."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("transformers")
+import grpo_run  # noqa: E402
+import llm_runs  # noqa: E402
+import llm_vs_grpo as bench_llm  # noqa: E402
+from hyperscalees.benchmarks.base import BenchSetupError  # noqa: E402
+from hyperscalees.engine.snapshots import read_snapshots  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+GRID = {"es": [{"lr": 1e-4, "subspace": 64}, {"lr": 1e-3, "subspace": 64}],
+        "grpo": [{"learning_rate": 1e-4}, {"learning_rate": 1e-3}]}
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """Fake runs: validation accuracy grows with ES's lr and falls with GRPO's; every call recorded."""
+    calls = []
+
+    def side(method, key):
+        def run_side(model, seed, budget, threads, c, tuned=None, validate=False):
+            calls.append({"method": method, "seed": seed, "budget": budget, "tuned": tuned, "validate": validate,
+                          "c": c})
+            v = (tuned or {}).get(key, 0.0)
+            acc = v * 100 if method == "es" else 1.0 - v * 100
+            rec = {"method": method, "seed": seed, "status": "ok", "after": {"accuracy": 0.5, "formatted": 1.0,
+                   "reward": 0.5}, "steps": 3, "train_s": budget, "generations_per_s": 1.0, "curve": [[1.0, 0.1]]}
+            return {**rec, "validation": {"accuracy": acc}} if validate else rec
+        return run_side
+
+    monkeypatch.setattr(bench_llm, "run_es", side("es", "lr"))
+    monkeypatch.setattr(bench_llm, "run_grpo", side("grpo", "learning_rate"))
+    monkeypatch.setattr(bench_llm, "before_accuracy", lambda model, c: {"accuracy": 0.1, "formatted": 1.0,
+                                                                         "reward": 0.2, "problems": 7})
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())  # "trl is installed"
+    return calls
+
+
+def test_a_given_grid_is_tuned_alone_on_its_own_budget(fake_runs, capsys):
+    assert bench_llm.main(["--model", "m", "--tune", "--tune-only", "--tuning-seeds", "1", "--tuning-budget", "6",
+                           "--budget", "20", "--seeds", "401", "--grid", json.dumps(GRID), "--held-out", "pooled",
+                           "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [c["validate"] for c in fake_runs] == [True] * 4 and {c["budget"] for c in fake_runs} == {6.0}
+    assert {c["seed"] for c in fake_runs} == {1}  # no reported seed ran
+    assert rep["tuning"]["budget_s"] == 6.0 and "for 6 s per setting" in rep["tuned"]
+    assert rep["tuning"]["methods"]["es"]["chosen"] == GRID["es"][1]  # the fakes: ES's larger lr,
+    assert rep["tuning"]["methods"]["grpo"]["chosen"] == GRID["grpo"][0]  # GRPO's smaller
+    assert any("pooled (7 problems)" in n for n in rep["notes"])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"grid": json.dumps(GRID)}, "--grid gives the settings --tune chooses from"),
+    ({"tune_only": True}, "need --tune"),
+    ({"tune": True, "grid": json.dumps({"es": GRID["es"]})}, "a list of settings for each method"),
+    ({"tune": True, "grid": json.dumps({**GRID, "grpo": GRID["grpo"][:1]})}, "the same size"),
+    ({"tune": True, "grid": json.dumps({**GRID, "es": [{"lr": -1}] * 2})}, "'lr' must be a number > 0, got -1"),
+    ({"held_out": "train"}, "--held-out must be one of"),
+])
+def test_bad_prereg_flags_are_refused_naming_the_value(fake_runs, kwargs, message):
+    with pytest.raises(BenchSetupError, match=message):
+        bench_llm.run(model="m", seeds=(401,), log=lambda *_: None, **kwargs)
+    assert not fake_runs
+
+
+def test_snapshots_reach_both_runners():
+    c = {**bench_llm.configs(quick=True), "snapshot_s": 30.0}
+    es = llm_runs.es_invocation("m", 5, 60.0, "out", c)
+    assert es[es.index("--snapshot-minutes") + 1] == "0.5"
+    assert "--snapshot-minutes" not in llm_runs.es_invocation("m", 5, 60.0, "out", bench_llm.configs(quick=True))
+
+
+def test_the_pooled_held_out_set_is_every_distinct_validation_and_test_problem(monkeypatch):
+    from hyperscalees.tasks.problems import PROBLEM_SETS
+    c = {**bench_llm.configs(quick=True), "held_out": "pooled"}
+    task = PROBLEM_SETS[c["task"]](seed=0, options=c["task_options"])
+    sizes = {s: task.distinct_size(s) for s in ("validation", "test")}
+    seen = {}
+
+    def fake_split(model, cc, split):  # each split all right but one
+        seen[split] = cc["eval_prompts"]
+        return {"accuracy": 1 - 1 / cc["eval_prompts"], "formatted": 1.0, "reward": 0.0}
+    monkeypatch.setattr(llm_runs, "split_accuracy", fake_split)
+    got = llm_runs.before_accuracy("m", c)
+    assert seen == sizes and got["problems"] == sum(sizes.values())
+    assert got["accuracy"] == pytest.approx(1 - 2 / sum(sizes.values()))
+
+
+def test_the_end_replaces_a_snapshot_of_the_same_step():
+    curve = [[10.0, 0.1, 0.9, 4], [20.0, 0.2, 0.9, 9]]
+    assert llm_runs.with_end(curve, [20.5, 0.3, 1.0, 9]) == [[10.0, 0.1, 0.9, 4], [20.5, 0.3, 1.0, 9]]
+    assert llm_runs.with_end(curve, [25.0, 0.3, 1.0, 11])[-1] == [25.0, 0.3, 1.0, 11]
+
+
+def test_the_grpo_callback_snapshots_every_interval(monkeypatch, tmp_path):
+    from hyperscalees import llm
+    now, written = [0.0], []
+    monkeypatch.setattr(grpo_run.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(llm, "save_pretrained", lambda model, tok, folder, overwrite: (
+        folder.mkdir(parents=True), written.append(model), folder)[-1])
+    a = SimpleNamespace(snapshot_every=10.0, snapshot_dir=str(tmp_path))
+    cb, control = grpo_run.BudgetStop(100.0, grpo_run.snapshotter(a, "tok")), SimpleNamespace(should_training_stop=False)
+    cb.on_train_begin(None, None, control)
+    for step, t in enumerate((4.0, 9.0, 12.0, 17.0, 35.0), start=1):
+        cb.on_step_begin(None, None, control)
+        now[0] = t
+        cb.on_step_end(None, SimpleNamespace(global_step=step), control, model=f"model@{step}")
+    assert written == ["model@3", "model@5"]  # past 10 s, then past 20 (and 30) s at once
+    assert [(s["step"], s["time"]) for s in read_snapshots(tmp_path)] == [(3, 12.0), (5, 35.0)]
+    assert grpo_run.snapshotter(SimpleNamespace(snapshot_every=None, snapshot_dir=None), "tok") is None
