@@ -1,0 +1,51 @@
+"""bench/prereg_result.py: a pre-registered comparison's result file holds the promised keys, the
+registered prediction and rule, and refuses runs without a held-out curve."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import prereg_result  # noqa: E402
+
+
+def run(method, seed, acc, curve=True):
+    return {"method": method, "seed": seed, "status": "ok", "steps": 5,
+            "after": {"accuracy": acc, "formatted": 0.9, "reward": 0.2},
+            "held_out_curve": [[300.0, acc / 2, 0.9, 2], [600.0, acc, 0.9, 5]] if curve else None}
+
+
+def reported(es=(0.05, 0.07, 0.06), grpo=(0.06, 0.04, 0.05), curve=True):
+    return {"budget_s": 600.0, "task": "countdown", "task_options": {"max_numbers": 4}, "tuned": "chosen",
+            "before": {"accuracy": 0.04, "formatted": 0.7, "reward": 0.1, "problems": 1958},
+            "runs": {"es": [run("es", 401 + i, a, curve) for i, a in enumerate(es)],
+                     "grpo": [run("grpo", 401 + i, a, curve) for i, a in enumerate(grpo)]}}
+
+
+def test_the_result_holds_the_promised_keys_and_the_registered_decision(tmp_path):
+    r = prereg_result.build("sparse", reported(), {"tuning": {"seeds": [1]}}, {"max_target": 199})
+    assert r["es_median"] == 0.06 and r["grpo_median"] == 0.05 and r["es_wins"] is True
+    assert r["start"] == 0.04 and r["seeds"] == [401, 402, 403] and r["held_out_problems"] == 1958
+    assert r["budget_s"] == 600.0 and r["curve"]["es"]["402"] == [[0.0, 0.04], [300.0, 0.035], [600.0, 0.07]]
+    assert r["tuning"] == {"seeds": [1]} and r["start_check"] == {"max_target": 199}
+    assert r["prediction"].startswith("**ES ≥ GRPO on the median, by tying**")
+    assert r["prereg"] == "bench/prereg/llm_prereg_sparse.md"
+    assert prereg_result.build("sparse", reported(es=(0.01, 0.02, 0.03)))["es_wins"] is False
+    path = prereg_result.plot(r, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000 and path.endswith("p.png")
+
+
+def test_runs_without_a_curve_or_a_tuning_only_file_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="no held-out curve for es seed 401"):
+        prereg_result.build("sparse", reported(curve=False))
+    with pytest.raises(ValueError, match="holds no runs"):
+        prereg_result.build("sparse", {**reported(), "runs": {}})
+    bad = tmp_path / "x.txt"
+    bad.write_text("table only\n")
+    assert prereg_result.main(["--name", "sparse", "--reported", str(bad)]) == 2
+
+
+def test_the_last_json_line_of_a_study_file_is_read(tmp_path):
+    f = tmp_path / "r.txt"
+    f.write_text("a table\n" + json.dumps({"x": 1}) + "\n" + json.dumps({"x": 2}) + "\nnote\n")
+    assert prereg_result.last_json(f) == {"x": 2}
