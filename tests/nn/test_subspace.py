@@ -125,3 +125,35 @@ def test_choices_are_checked():
     model = net()
     install_subspace(model, 4, include=["0.*", "4.bias"])
     assert sorted(model[0].forward.projected) == ["bias", "weight"] and "forward" not in model[2].__dict__
+
+
+def test_the_members_weights_are_projected_once_per_population_call_and_never_go_stale(monkeypatch):
+    import hyperscalees.nn.subspace as subspace
+    calls = []
+    project = Fastfood.project
+    monkeypatch.setattr(Fastfood, "project", lambda self, z, f: calls.append(1) or project(self, z, f))
+    model = net()
+    es = hs.EGGROLL(model, population=P, sigma=0.1, lr=0.05, es_map=install_subspace(model, 16, seed=3))
+    x = torch.randn(3, 4).repeat(P, 1)
+    with es.perturbed():
+        first = model(x)
+        n = len(calls)
+        assert n == 3 * P and torch.equal(model(x), first) and len(calls) == n  # a generation's next token
+    es.tell(hs.evaluate(es, fitness))                                   # z moved: projected again
+    with es.perturbed():
+        moved = model(x)
+    assert len(calls) > n + 3 * P - 1 and not torch.equal(moved, first)
+    copied = copy.deepcopy(model)                                       # a replica starts empty
+    assert all(getattr(m.__dict__.get("forward"), "cache", None) is None for m in copied.modules())
+    with torch.no_grad():
+        model[0].weight.add_(1.0)                                       # θ₀ changed in place: not the cache's
+    with es.perturbed():
+        changed = model(x)
+    assert not torch.equal(changed, moved)
+    monkeypatch.setattr(subspace, "CACHE_BYTES", 0)                     # nothing fits: the same values, uncached
+    fresh = net()
+    es2 = hs.EGGROLL(fresh, population=P, sigma=0.1, lr=0.05, es_map=install_subspace(fresh, 16, seed=3))
+    with es2.perturbed():
+        before = len(calls)
+        assert torch.equal(fresh(x), first) and torch.equal(fresh(x), first)
+    assert len(calls) - before == 2 * 3 * P

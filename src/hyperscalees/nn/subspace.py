@@ -17,6 +17,9 @@ member-major rows by member and runs once per member with θ₀ + P z_i: members
 projection of each chosen weight + the module on that member's rows). That is the price of a
 dense perturbation; it buys exactness: member i's rows are computed by the same code, on the
 same z_i, as ``es.materialized(i)`` computes them (z_i rounded once, as materialized does).
+Within one population call the members' projected weights are computed once and reused by every
+later call with the same z_i (a generation's every token), up to :data:`CACHE_BYTES` for the whole
+model; past it they are projected again per call. The values are the same either way.
 Outside a perturbation every call projects again (z may have changed): fine for training, slow
 for long unperturbed generation -- merge first. A weight read outside its module's forward
 (torch's MultiheadAttention's ``out_proj``) cannot be in the subspace: it would silently keep θ₀.
@@ -39,6 +42,7 @@ from .layers import AbstractLayer, PopulationContext, register_layer, registered
 
 ATTR = "hs_subspace"   # the root's plain attribute holding the Subspace bookkeeping
 Z = "hs_subspace_z"    # the root's parameter z
+CACHE_BYTES = 512 * 2 ** 20  # the members' projected weights kept across calls, for the whole model
 
 
 class Subspace:
@@ -48,6 +52,10 @@ class Subspace:
     def __init__(self, z: nn.Parameter, seed: int):
         self.z, self.k, self.seed = z, z.numel(), seed
         self.active: tuple[PopulationContext, str] | None = None  # (context, z's name) inside a perturbed call
+        self.cached_bytes = 0  # what the SubspaceForwards' member caches hold, against CACHE_BYTES
+
+    def __getstate__(self):  # a copy (a Ray replica, deepcopy) starts with empty caches: see SubspaceForward
+        return {**self.__dict__, "cached_bytes": 0}
 
     def member_z(self, ctx: PopulationContext, name: str) -> Tensor:
         """(members, k) z_i = z + s·σ·ε_i of the block's members, summed in float64 and rounded once
@@ -97,6 +105,10 @@ class SubspaceForward:
     def __init__(self, module: nn.Module, holder: Subspace, projected: dict[str, Fastfood], previous):
         self.module, self.holder, self.projected, self.previous = module, holder, projected, previous
         self.requires = {a: module._parameters[a].requires_grad for a in projected}  # put back by merge
+        self.cache: tuple | None = None  # (members' z, their weights, bytes, θ₀'s identity) of the last call
+
+    def __getstate__(self):
+        return {**self.__dict__, "cache": None}
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -110,14 +122,29 @@ class SubspaceForward:
         if active is None:
             return self.run(self.weights(self.holder.z.detach()[None], factors), args, kwargs)
         ctx, name = active
-        zs = self.holder.member_z(ctx, name)  # (members, k)
+        ws = self.member_weights(self.holder.member_z(ctx, name), factors)  # zs: (members, k)
         what = type(self.module).__name__
         split = [per_member(ctx, a, what) for a in args]
         ksplit = {key: per_member(ctx, v, what) for key, v in kwargs.items()}
-        outs = [self.run(self.weights(zs[i:i + 1], factors), [s[i] for s in split], {key: v[i] for key, v in
-                                                                                       ksplit.items()})
+        outs = [self.run(ws[i], [s[i] for s in split], {key: v[i] for key, v in ksplit.items()})
                 for i in range(ctx.members)]
         return join_members(outs)
+
+    def member_weights(self, zs: Tensor, factors: dict) -> list[dict[str, Tensor]]:
+        """θ₀ + P z_i of every member: the last call's when its z_i are these (a generation calls once per
+        token with the same members), else projected now and kept while the model's caches fit."""
+        own = self.module._parameters
+        theta0 = tuple((own[a].data_ptr(), own[a]._version, own[a].dtype) for a in self.projected)  # θ₀ unchanged
+        c = self.cache
+        if c is not None and c[3] == theta0 and c[0].shape == zs.shape and c[0].dtype == zs.dtype \
+                and c[0].device == zs.device and torch.equal(c[0], zs):
+            return c[1]
+        ws = [self.weights(zs[i:i + 1], factors) for i in range(zs.shape[0])]
+        size = sum(w.numel() * w.element_size() for member in ws for w in member.values())
+        held = self.holder.cached_bytes - (c[2] if c is not None else 0)
+        if held + size <= CACHE_BYTES:
+            self.cache, self.holder.cached_bytes = (zs.clone(), ws, size, theta0), held + size
+        return ws
 
     def weights(self, z: Tensor, factors: dict) -> dict[str, Tensor]:
         """θ₀ + P z for each projected attribute, in θ₀'s dtype."""
