@@ -2,7 +2,7 @@
 
 The product's Replica has no test hooks; these faults wrap its public methods. ``faulty(plan)``
 makes a subclass whose worker ``slot`` (first generation only) follows ``plan[slot]``:
-``{"die": step, "slow": {step: seconds}, "corrupt": {step: mode}, "drift": step}``, each fault
+``{"die_at_start": True, "die": step, "slow": {step: seconds}, "corrupt": {step: mode}, "drift": step}``, each fault
 once, at the first chunk this replica evaluates at or after its step; ``drift`` nudges a
 weight right after the update of that step. The class is pickled by value, so Ray workers
 need not import this file.
@@ -25,6 +25,8 @@ class FaultyReplica(Replica):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         plan = self.PLAN.get(self.slot, {}) if self.generation == 0 else {}
+        if plan.get("die_at_start"):
+            os._exit(1)  # a process death before the worker is ever ready
         self.faults = {k: (dict(v) if isinstance(v, dict) else v) for k, v in plan.items()}
 
     def _due(self, kind: str, step: int):

@@ -279,6 +279,21 @@ def test_dead_slow_corrupt_and_drifting_workers_are_survived_exactly(ray_cluster
     assert not leaving, f"Ray connects outside loopback: {leaving}"
 
 
+def test_a_worker_that_dies_while_starting_is_replaced_and_the_run_is_exact(ray_cluster, tmp_path, no_plot):
+    """Worker 0's process exits before it is ever ready (a crash at start-up, as a loaded machine may
+    cause): a new one takes its slot, as after a death mid-run, and the weights are the local run's."""
+    made = []
+
+    def backend(recipe, chunk):
+        made.append(RayBackend(recipe, RayConfig(workers=2), chunk=chunk, replica=faulty({0: {"die_at_start": True}})))
+        return made[-1]
+
+    cfg = make_config("xor", es={"seed": 7}, engine={"steps": 4, "chunk": 128, "out": str(tmp_path / "ray")})
+    run(cfg, backend)
+    assert made[0].report()["restarts"] == 1
+    assert_same_params(params(tmp_path / "ray"), local_reference(tmp_path, "local", steps=4, chunk=128))
+
+
 def test_sigkill_of_the_coordinator_then_resume_equals_an_uninterrupted_run(ray_cluster, tmp_path, capsys, no_plot):
     out, steps = tmp_path / "run", 60
     cmd = [sys.executable, "-m", "hyperscalees", "train", "xor", "--steps", str(steps), "--seed", "7",

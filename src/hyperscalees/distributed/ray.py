@@ -47,6 +47,13 @@ from . import wire
 log = logging.getLogger("hyperscalees.distributed")
 
 
+def died_unexpectedly(e: BaseException) -> bool:
+    """A worker process that crashed while starting (killed, out of memory, a loaded machine), rather
+    than one whose start raised an error of its own: the first is replaced like a death mid-run, the
+    second would fail again."""
+    return "died unexpectedly" in str(e)
+
+
 def _ready_on_node(replica) -> str:
     """Run in a worker actor (``__ray_call__``): its replica is built; the Ray node it runs on."""
     import ray
@@ -160,9 +167,9 @@ class RayBackend(AbstractBackend):
             try:
                 self.node_of[slot] = self._ray.get(ref)
             except self._ray.exceptions.RayError as e:
-                if fatal:
+                if fatal and not died_unexpectedly(e):  # its own error (the recipe, the model): ends the run
                     raise RuntimeError(f"a Ray worker failed to start: {first_line(e)}") from None
-                self._lost(slot, f"failed to start: {first_line(e)}")
+                self._lost(slot, f"failed to start: {first_line(e)}")  # a crash: a new one, as mid-run
                 continue
             self.ready.add(slot)
             if self._state_ref() is not state:  # steps went by while Ray could not place it
