@@ -29,14 +29,11 @@ RULE = "ES wins when its median held-out accuracy over the reported seeds is >= 
 
 def last_json(path) -> dict:
     """The last line of ``path`` that is a JSON object (a study's ``--json --out`` file)."""
-    for line in reversed(Path(path).read_text(encoding="utf-8").strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
-    raise ValueError(f"{path}: no JSON object line (was it written by a study's --json --out?)")
+    from llm_runs import _last_json
+    value = _last_json(Path(path).read_text(encoding="utf-8"))
+    if value is None:
+        raise ValueError(f"{path}: no JSON object line (was it written by a study's --json --out?)")
+    return value
 
 
 def prediction(prereg: Path) -> str:
