@@ -7,7 +7,8 @@ the completions spent). B_crit = E_min / S_min is the batch beyond which more co
 stop buying fewer steps. Unlike B_simple (``llm_signal.py``'s statistic) this is a statement about
 training itself, and it is what their "about B/n times the steps" means.
 
-Here a batch is one ES step's completions, members × prompts; each population trains with
+Here a batch is one ES step's completions, members × prompts (``subspace``: K evolves a fixed random
+K-dimensional subspace, as ``train llm --subspace K``); each population trains with
 ``train llm`` (the library's own loop and evaluator) from the same start, its held-out mean reward
 read every few steps, until it rises by ``gain`` over the start or ``max_steps`` pass.
 ``llm_signal.py --critical JSON`` runs it; the pure parts (:func:`steps_to_gain`,
@@ -23,7 +24,7 @@ from pathlib import Path
 from hyperscalees.benchmarks.base import BenchSetupError
 
 DEFAULTS = {"populations": [8, 32, 128], "prompts": 4, "sigma": 1e-2, "lr": 1e-4, "optimizer": "sgd",
-            "gain": 0.02, "max_steps": 200, "eval_every": 10, "eval_prompts": 128, "train_problems": 0}
+            "gain": 0.02, "max_steps": 200, "eval_every": 10, "eval_prompts": 128, "train_problems": 0, "subspace": 0}
 QUICK = {"populations": [2, 4], "prompts": 1, "max_steps": 2, "eval_every": 1, "eval_prompts": 2, "gain": 0.0}
 
 
@@ -64,9 +65,12 @@ def settings(given, quick: bool) -> dict:
     if not isinstance(pops, list) or len(pops) < 2 or any(isinstance(n, bool) or not isinstance(n, int) or n < 2
                                                           or n % 2 for n in pops):
         raise BenchSetupError(f"--critical: populations must list two or more even sizes, got {pops!r}")
-    for key in ("prompts", "max_steps", "eval_every", "eval_prompts"):
-        if isinstance(c[key], bool) or not isinstance(c[key], int) or c[key] < 1:
-            raise BenchSetupError(f"--critical: {key} must be a whole number >= 1, got {c[key]!r}")
+    for key, low in (("prompts", 1), ("max_steps", 1), ("eval_every", 1), ("eval_prompts", 1), ("train_problems", 0),
+                     ("subspace", 0)):
+        if isinstance(c[key], bool) or not isinstance(c[key], int) or c[key] < low:
+            raise BenchSetupError(f"--critical: {key} must be a whole number >= {low}, got {c[key]!r}")
+    if c["subspace"] == 1:
+        raise BenchSetupError("--critical: subspace must be 0 (the block matrices) or a size >= 2, got 1")
     if not (isinstance(c["gain"], (int, float)) and c["gain"] >= 0):
         raise BenchSetupError(f"--critical: gain must be a number >= 0, got {c['gain']!r}")
     return c
@@ -89,7 +93,8 @@ def measure(model: str, task: str, task_options: dict, c: dict, seed: int = 0, l
                                       "json": True, "overwrite": True},
                               options={"model": model, "task": task, "task_options": json.dumps(task_options),
                                        "prompts": c["prompts"], "eval_prompts": c["eval_prompts"],
-                                       "train_problems": c["train_problems"], "export": False})
+                                       "train_problems": c["train_problems"], "subspace": c["subspace"],
+                                       "export": False})
             run(cfg)
             curve = _curve(Path(tmp))
         steps = steps_to_gain(curve, c["gain"])

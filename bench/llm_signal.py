@@ -330,21 +330,23 @@ def configs(quick: bool) -> dict:
                 estimates=16, max_new_tokens=64)
 
 
-SETTINGS = {"es": {"sigma", "temperature", "members", "prompts"}, "grpo": {"prompts", "generations"},
+SETTINGS = {"es": {"sigma", "temperature", "members", "prompts", "subspace"}, "grpo": {"prompts", "generations"},
             "evolve": None, "estimates": None, "max_new_tokens": None}
 
 
 def with_settings(c: dict, settings) -> dict:
     """``c`` changed by ``--settings`` (JSON text or a dict), each value checked; naming a method runs
     only the methods named. Keys: ``es`` {sigma, temperature (members sample, twins with common
-    noise, as ``train llm --temperature``), members (a list), prompts}, ``grpo`` {prompts (a list),
+    noise, as ``train llm --temperature``), members (a list), prompts, subspace (K: ES evolves a
+    fixed random K-dimensional subspace, as ``train llm --subspace K``, and its estimates are read
+    over z ∈ ℝᴷ; GRPO's direction is not read there, so ES alone)}, ``grpo`` {prompts (a list),
     generations}, ``evolve`` (glob patterns of the weights both read, as ``train llm --evolve``),
     ``estimates`` (per row, >= 3), ``max_new_tokens`` (both methods' answer length, >= 1)."""
     given = _json_object(settings, "--settings")
     bad = sorted(set(given) - set(SETTINGS))
     if bad:
         raise BenchSetupError(f"--settings: unknown key {bad[0]!r}; keys are {sorted(SETTINGS)}")
-    c = {**c, "sigma": SIGMA, "temperature": 0.0}
+    c = {**c, "sigma": SIGMA, "temperature": 0.0, "subspace": 0}
     methods = [m for m in ("es", "grpo") if m in given] or ["es", "grpo"]
 
     def whole(v, low, what):
@@ -380,6 +382,8 @@ def with_settings(c: dict, settings) -> dict:
                     raise BenchSetupError(f"--settings: es {key} must be a number {'> 0' if key == 'sigma' else '>= 0'}"
                                           f", got {v!r}")
                 c[key] = float(v)
+            if "subspace" in own:
+                c["subspace"] = whole(own["subspace"], 2, "es subspace")
         else:
             generations = whole(own.get("generations", c["grpo"][0][1]), 2, "grpo generations")
             prompts = listed(own["prompts"], 1, "grpo prompts") if "prompts" in own else [a for a, _ in c["grpo"]]
@@ -392,7 +396,19 @@ def with_settings(c: dict, settings) -> dict:
         if not isinstance(given["evolve"], str) or not given["evolve"].strip():
             raise BenchSetupError(f"--settings: evolve must be comma-separated glob patterns, got {given['evolve']!r}")
         c["evolve"] = [p.strip() for p in given["evolve"].split(",") if p.strip()]
+    if c["subspace"] and c["grpo"]:
+        raise BenchSetupError("--settings: es subspace reads ES's estimates over z alone; GRPO's direction is not "
+                              "measured in a subspace, so name only es")
+    if c["subspace"] and c.get("evolve"):
+        raise BenchSetupError("--settings: es subspace and evolve each choose what evolves: give one of them")
     return c
+
+
+def evolved_names(model, es_map: dict) -> list[str]:
+    """The parameter names ``es_map`` evolves (its glob patterns resolved as the strategies resolve them)."""
+    from hyperscalees.nn.es_map import derive_specs
+    from hyperscalees.noise.spec import ESMode
+    return [n for n, spec in derive_specs(model, es_map).items() if spec.mode != ESMode.EXCLUDED]
 
 
 def _load(model: str | None, quick: bool, device: str):
@@ -414,18 +430,19 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
     if critical is not None:  # checked before anything is measured
         if not model:
             raise BenchSetupError("--critical trains the model: it needs --model (a local model folder)")
-        crit = critical_batch.settings(_json_object(critical, "--critical"), quick)
+        # the trainings evolve what the estimates read, unless --critical names its own subspace
+        crit = critical_batch.settings({"subspace": c["subspace"], **_json_object(critical, "--critical")}, quick)
     from hyperscalees.tasks.problems import PROBLEM_SETS
     seed = 0  # draws the training problems; the estimates' own noise is keyed per estimate
     problems = PROBLEM_SETS[t["task"]](seed=seed, options=t["task_options"])
     lm, tok = _load(model, quick, device)
     lm.eval()
-    try:
-        es_map = llm.evolving(lm, include=c.get("evolve"))
+    try:  # a subspace is keyed like train llm's (its ES seed), so the same K reads the same z
+        es_map = llm.what_evolves(lm, subspace=c["subspace"], evolve=c.get("evolve"), seed=seed)
     except ValueError as e:
         raise BenchSetupError(f"--settings evolve: {e}") from None
     named = dict(lm.named_parameters())
-    params = {n: named[n] for n in es_map if n != "*"}  # the weights ES evolves; GRPO's direction is read on them
+    params = {n: named[n] for n in evolved_names(lm, es_map)}  # what ES evolves; GRPO's direction is read on it
     m = c["estimates"]
     dimension = sum(p.numel() for p in params.values())
     members_sample = llm.Sampling(max_new_tokens=c["max_new_tokens"], stop=(STOP,))
@@ -501,7 +518,9 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
                  "jackknife standard error (n/a when a side's signal is under two standard errors)")
     members = f"members sample at temperature {c['temperature']} (twins: common noise)" if c["temperature"] > 0 \
         else "greedy members"
-    notes.append(f"directions over the {sum(p.numel() for p in params.values()):,} weights ES evolves"
+    what = f"the {dimension:,} numbers of a fixed random subspace (z, train llm --subspace {c['subspace']})" \
+        if c["subspace"] else f"the {dimension:,} weights ES evolves"
+    notes.append(f"directions over {what}"
                  f"{' (' + ', '.join(c['evolve']) + ')' if c.get('evolve') else ''}; ES sigma {c['sigma']}, {members}; "
                  f"train problems of task seed {seed}, none read twice; {m} estimates a row")
     if crit is not None:
@@ -513,7 +532,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, model=None, task=No
     rep = Report(name="llm-signal", question=QUESTION, columns=COLUMNS, rows=rows, summary=summary, notes=notes,
                  details={"critical": measured if crit is not None else None, "environment": environment(), "model": model, "task": t["task"],
                           "task_options": t["task_options"], "seed": seed, "sigma": c["sigma"],
-                          "temperature": c["temperature"], "evolve": c.get("evolve"),
+                          "temperature": c["temperature"], "evolve": c.get("evolve"), "subspace": c["subspace"],
                           "max_new_tokens": c["max_new_tokens"]})
     if plot:
         draw(rep.to_dict(), plot)

@@ -185,7 +185,10 @@ def test_settings_choose_what_is_measured():
     ({"ES": {}}, "unknown key 'ES'"), ({"es": {"lr": 1}}, "es takes a JSON object"),
     ({"es": {"members": [3]}}, "even"), ({"es": {"sigma": 0}}, "sigma must be a number > 0"),
     ({"es": {"temperature": -1}}, "temperature"), ({"grpo": {"generations": 1}}, "generations"),
-    ({"estimates": 2}, "estimates"), ({"evolve": ""}, "evolve"), ("[1]", "JSON object")])
+    ({"estimates": 2}, "estimates"), ({"evolve": ""}, "evolve"), ("[1]", "JSON object"),
+    ({"es": {"subspace": 1}}, "subspace must be a whole number >= 2"),
+    ({"es": {"subspace": 64}, "grpo": {}}, "name only es"),
+    ({"es": {"subspace": 64}, "evolve": "*.mlp.*"}, "give one of them")])
 def test_settings_refuse_bad_values(settings, match):
     from hyperscalees.benchmarks.base import BenchSetupError
     with pytest.raises(BenchSetupError, match=match):
@@ -281,6 +284,10 @@ def test_critical_settings_refuse_bad_values():
                        ({"gain": -1}, "gain"), ({"steps": 3}, "unknown key 'steps'")):
         with pytest.raises(BenchSetupError, match=match):
             cb.settings(bad, quick=False)
+    assert cb.settings({"subspace": 256}, quick=False)["subspace"] == 256
+    for bad in (1, -2, 2.5, True):
+        with pytest.raises(BenchSetupError, match="subspace"):
+            cb.settings({"subspace": bad}, quick=False)
 
 
 def test_cli_quick_run_reports_the_floor_and_the_critical_batch(capsys, no_plot):
@@ -295,3 +302,22 @@ def test_cli_quick_run_reports_the_floor_and_the_critical_batch(capsys, no_plot)
     crit = rec["critical"]
     assert [r["population"] for r in crit["rows"]] == [2, 4] and all(r["curve"][0][0] == 0 for r in crit["rows"])
     assert {"es_b_crit", "es_s_min", "es_e_min"} <= set(rec)
+
+
+def test_evolved_names_resolve_patterns_as_the_strategies_do():
+    from hyperscalees import llm
+    lm = llm.load_causal_lm(str(MODEL))[0]
+    default = llm.evolving(lm)
+    assert sig.evolved_names(lm, default) == [n for n in default if n != "*"]
+    lm2 = llm.load_causal_lm(str(MODEL))[0]
+    assert sig.evolved_names(lm2, llm.what_evolves(lm2, subspace=32)) == ["hs_subspace_z"]
+
+
+def test_cli_quick_run_reads_the_signal_in_a_subspace(capsys, no_plot):
+    assert sig.main(["--quick", "--json", "--model", str(MODEL), "--task", "countdown", "--task-options",
+                     json.dumps(COUNTDOWN3), "--settings", '{"es": {"subspace": 64}}', "--critical", "{}"]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (row,) = rec["rows"]
+    assert row["method"] == "es" and row["b_simple_floor"] == 2 * 2 * (64 - 1) == rec["es_b_simple_floor"]
+    assert rec["subspace"] == 64 and rec["critical"]["settings"]["subspace"] == 64  # the trainings evolve z too
+    assert any("subspace" in n and "64 numbers" in n for n in rec["notes"])
