@@ -33,7 +33,10 @@ reward per step against training wall clock; ``--runs-dir DIR`` keeps every run'
 ``--settings JSON`` runs given settings instead of either side's defaults, with no tuning:
 ``{"es": {"lr": 1e-4, "sigma": 1e-2, "optimizer": "sgd"}, "grpo": {"learning_rate": 3e-4}}`` (the
 keys ``llm_tuning.SETTING_KEYS`` allows; a method left out runs its defaults), for settings a
-tuning chose earlier, now on fresh seeds or a larger population. ``--device cuda`` trains and
+tuning chose earlier, now on fresh seeds or a larger population. ``--arms JSON`` runs named arms instead
+of one ES and one GRPO run a seed, each a method with its settings (``{"es_k256": {"method": "es",
+"settings": {"subspace": 256}}, ...}``): two settings of one method side by side, as a
+pre-registration's further arms; each arm's records and medians go under its name. ``--device cuda`` trains and
 scores every run on the GPU (runs one at a time: two runs would share the one GPU).
 
 ``--warm-start-minutes M`` first builds a small Llama from a config (hidden 64, 2 layers, a
@@ -278,6 +281,27 @@ def given_settings(text, methods) -> dict:
     return value
 
 
+def given_arms(text) -> dict[str, tuple[str, dict]]:
+    """``--arms``: ``{name: {"method": "es"|"grpo", "settings": {...}}}`` from JSON text (or a dict), each
+    arm's settings checked as ``--settings``'s: two settings of one method run as two arms, side by
+    side on a seed (a pre-registration's further arms, e.g. ES at two subspace sizes)."""
+    value = _json_object(text, "--arms")
+    if len(value) < 1:
+        raise BenchSetupError("--arms needs at least one arm")
+    arms = {}
+    for name, arm in value.items():
+        if not (isinstance(name, str) and name.replace("_", "").isalnum()):
+            raise BenchSetupError(f"--arms: an arm's name must be letters, digits and _, got {name!r}")
+        if not isinstance(arm, dict) or set(arm) - {"method", "settings"} or arm.get("method") not in METHODS:
+            raise BenchSetupError(f"--arms: arm {name!r} must be {{\"method\": one of {list(METHODS)}, \"settings\": "
+                                  f"{{...}}}}, got {arm!r}")
+        try:
+            arms[name] = (arm["method"], llm_tuning.check_settings(arm["method"], arm.get("settings", {})))
+        except ValueError as e:
+            raise BenchSetupError(f"--arms: {name}: {e}") from None
+    return arms
+
+
 def given_grids(text, methods) -> dict:
     """``--grid``: ``{method: [settings, ...]}`` from JSON text (or a dict), one list for every method run
     here, each entry checked and the lists of equal length (``llm_tuning.check_grids``: the same tuning
@@ -315,7 +339,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
         tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
         side_by_side: bool = False, eval_prompts=None, settings=None, grid=None, tune_only: bool = False,
-        tuning_budget=None, held_out: str = "test", snapshot_every=None) -> Report:
+        tuning_budget=None, held_out: str = "test", snapshot_every=None, arms=None) -> Report:
     if device not in ("cpu", "cuda"):
         raise BenchSetupError(f"llm_vs_grpo runs on cpu or cuda, got --device {device!r}")
     if held_out not in HELD_OUT:
@@ -330,7 +354,11 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         warm_start_options = with_task(c, None, {**c["task_options"], **_json_object(warm_start_options)})[
             "task_options"]
     seeds, budget = tuple(seeds or c["seeds"]), float(budget or c["budget"])
-    methods = tuple(methods or METHODS)
+    if arms is not None:
+        arms = given_arms(arms)
+        if tune or settings is not None or methods:
+            raise BenchSetupError("--arms gives every run's method and settings: leave out --tune and --settings")
+    methods = tuple(arms or methods or METHODS)  # each arm runs under its own name, with its method's runner
     if (tune_only or tuning_budget is not None) and not tune:
         raise BenchSetupError("--tune-only and --tuning-budget need --tune")
     if tuning_seeds is not None and not tune:
@@ -347,7 +375,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         raise BenchSetupError("--grid gives the settings --tune chooses from: it needs --tune")
     if side_by_side:
         check_side_by_side(methods, threads, device=device)
-    if "grpo" in methods:
+    if "grpo" in methods or any(m == "grpo" for m, _ in (arms or {}).values()):
         import importlib.util
         if importlib.util.find_spec("trl") is None:
             raise BenchSetupError("the GRPO side needs trl: pip install 'hyperscalees[grpo]'")
@@ -367,17 +395,18 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         before = before_accuracy(model, c)
         log(f"llm_vs_grpo: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
+        sides |= {name: sides[m] for name, (m, _) in (arms or {}).items()}
         tuning_budget = float(tuning_budget or budget)
         tuning = (run_grid(sides, model, methods, tuning_seeds, tuning_budget, threads, c, quick, log,
                            side_by_side=side_by_side, grids=grids) if tune else None)
-        chosen = {m: tuning[m]["chosen"] if tuning else (given or {}).get(m) for m in methods}
+        chosen = {m: tuning[m]["chosen"] if tuning else arms[m][1] if arms else (given or {}).get(m) for m in methods}
         runs = {m: [] for m in methods}
 
         def one_run(m: str, seed: int) -> dict:
             load = os.getloadavg()[0]
             log(f"  seed {seed}: {m} (budget {budget:g} s, load {load:.2f}{', side by side' if side_by_side else ''})")
             t = time.perf_counter()
-            return {**sides[m](model, seed, budget, threads, c, chosen[m]), "load_before": load,
+            return {**sides[m](model, seed, budget, threads, c, chosen[m]), "arm": m, "load_before": load,
                     "wall_s": round(time.perf_counter() - t, 1), "side_by_side": side_by_side}
 
         def keep(m: str, seed: int, rec: dict) -> None:  # saved as soon as it ends: a crash loses no finished run
@@ -433,6 +462,10 @@ def flags(p) -> None:
                    help="each method's settings instead of its defaults, no tuning, e.g. '{\"es\": {\"lr\": 1e-4, "
                         "\"sigma\": 1e-2, \"optimizer\": \"sgd\", \"population\": 512}, \"grpo\": {\"learning_rate\": "
                         "3e-4, \"prompts\": 16}}' (settings a tuning chose, on fresh seeds)")
+    p.add_argument("--arms", default=None, metavar="JSON",
+                   help="runs of given settings under names of their own instead of one ES and one GRPO run a seed, "
+                        "e.g. two ES subspace sizes side by side: '{\"es_k256\": {\"method\": \"es\", \"settings\": "
+                        "{\"subspace\": 256}}, \"es_k4096\": {\"method\": \"es\", \"settings\": {\"subspace\": 4096}}}'")
     p.add_argument("--held-out", default=None, choices=tuple(HELD_OUT),
                    help="what every reported score answers: test (the first --eval-prompts distinct test problems, "
                         "the default) or pooled (every distinct validation and test problem)")

@@ -1,12 +1,14 @@
 """One pre-registered ES-against-GRPO comparison's result file, from the runs' own records (issue 40).
 
-    python bench/prereg_result.py --name sparse --reported RUNS.txt [--tuning TUNING.txt]
+    python bench/prereg_result.py --name sparse --reported RUNS.txt [RUNS2.txt ...] [--tuning TUNING.txt]
                                   [--start-check CHECK.json] [--out bench/results/cpu/llm_prereg_sparse.json]
                                   [--plot FILE.png]
 
 ``--reported`` and ``--tuning`` are files ``bench/llm_vs_grpo.py --json --out FILE`` wrote (their last
 JSON line is read): the reported seeds' runs, scored with ``--held-out pooled --snapshot-every S``,
-and the ``--tune --tune-only`` run that chose their settings. The result holds the keys every
+and the ``--tune --tune-only`` run that chose their settings. Several ``--reported`` files (a
+registration run across sessions, or its further arms from ``--arms``) are merged: the same task,
+start, held-out set and budget, each (arm, seed) once. The result holds the keys every
 pre-registration promised (``bench/prereg/README.md``): ``es_median``, ``grpo_median``, ``start``,
 ``seeds``, ``held_out_problems``, ``budget_s``, ``curve`` (held-out accuracy against training wall
 clock, per method and seed, from the start at 0 s), plus the decision under the registered rule
@@ -64,6 +66,48 @@ def curves(report: dict, start: float) -> dict[str, dict[str, list]]:
     return out
 
 
+LABELS = {"es": "ES", "grpo": "GRPO"}
+SAME = ("task", "task_options", "budget_s", "before")  # what every merged report must share
+
+
+def merge(reports: list[dict]) -> dict:
+    """One report from several ``llm_vs_grpo`` reports of one registration: their runs per arm, refused
+    unless they share the task, the start's held-out scores and the budget, and hold each (arm, seed)
+    once; ``tuned`` lists each report's settings line."""
+    if not reports:
+        raise ValueError("no reported file given")
+    first = reports[0]
+    for i, rep in enumerate(reports[1:], 2):
+        for key in SAME:
+            if rep.get(key) != first.get(key):
+                raise ValueError(f"reported file {i} differs from the first in {key}: {rep.get(key)!r} != "
+                                 f"{first.get(key)!r} (not one registration's runs)")
+    runs: dict[str, list] = {}
+    for rep in reports:
+        for arm, rs in (rep.get("runs") or {}).items():
+            have = {r["seed"] for r in runs.get(arm, [])}
+            twice = sorted(have & {r["seed"] for r in rs})
+            if twice:
+                raise ValueError(f"{arm} seed {twice[0]} is in two reported files")
+            runs.setdefault(arm, []).extend(rs)
+    tuned = [rep.get("tuned") for rep in reports]
+    return {**first, "runs": runs, "tuned": tuned[0] if len(tuned) == 1 else tuned}
+
+
+def es_arms(reported: dict, medians: dict) -> tuple[dict, dict]:
+    """(median per ES arm, median per subspace size K) over the arms whose runs are ES's."""
+    by_arm, by_k = {}, {}
+    for arm, rs in reported["runs"].items():
+        ok = [r for r in rs if r["status"] == "ok"]
+        if not ok or any(r.get("method", arm) != "es" for r in ok) or medians.get(arm) is None:
+            continue
+        by_arm[arm] = medians[arm]
+        ks = {(r.get("settings") or {}).get("subspace") for r in ok}
+        if len(ks) == 1 and None not in ks:
+            by_k[str(ks.pop())] = medians[arm]
+    return by_arm, by_k
+
+
 def build(name: str, reported: dict, tuning: dict | None = None, start_check=None, prereg: Path | None = None) -> dict:
     if not reported.get("runs"):
         raise ValueError("the reported file holds no runs (was it the --tune-only one?)")
@@ -91,6 +135,11 @@ def build(name: str, reported: dict, tuning: dict | None = None, start_check=Non
            "settings": reported.get("tuned"), "prereg": str(prereg.relative_to(HERE.parent)) if prereg.is_relative_to(
                HERE.parent) else str(prereg), "registered_in": registered_in(prereg),
            "prediction": prediction(prereg), "environment": reported.get("environment")}
+    by_arm, by_k = es_arms(reported, med)
+    if len(by_arm) > 1:
+        out["es_median_by_arm"] = by_arm
+    if by_k:
+        out["es_median_by_k"] = by_k
     if tuning is not None:
         out["tuning"] = tuning.get("tuning")
     if start_check is not None:
@@ -104,10 +153,13 @@ def plot(result: dict, path: Path) -> str:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     colors = {"es": "C0", "grpo": "C1"}
+    colors |= {arm: f"C{i}" for i, arm in enumerate((a for a in result["curve"] if a not in colors), 2)}
+    medians = {**{m: result[f"{m}_median"] for m in ("es", "grpo") if result.get(f"{m}_median") is not None},
+               **result.get("es_median_by_arm", {})}
     for method, seeds in result["curve"].items():
         for i, (seed, pts) in enumerate(sorted(seeds.items())):
             ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", color=colors.get(method), alpha=0.7, ms=3,
-                    label=f"{method.upper()} (median {100 * result[f'{method}_median']:.1f}%)" if i == 0 else None)
+                    label=f"{LABELS.get(method, method)} (median {100 * medians[method]:.1f}%)" if i == 0 else None)
     ax.axhline(100 * result["start"], color="gray", ls="--", lw=1, label=f"start {100 * result['start']:.1f}%")
     ax.set(xlabel="training wall clock (s)", ylabel=f"held-out accuracy (%), {result['held_out_problems']} problems",
            title=f"pre-registered: {result['name']} ({len(result['seeds'])} seeds; ES wins: {result['es_wins']})")
@@ -122,14 +174,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python bench/prereg_result.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--name", required=True, help="the pre-registration: bench/prereg/llm_prereg_NAME.md")
-    p.add_argument("--reported", required=True, type=Path, help="llm_vs_grpo --json --out file of the reported seeds")
+    p.add_argument("--reported", required=True, type=Path, nargs="+",
+                   help="llm_vs_grpo --json --out files of the reported seeds (several: merged)")
     p.add_argument("--tuning", type=Path, default=None, help="llm_vs_grpo --tune --tune-only --json --out file")
     p.add_argument("--start-check", type=Path, default=None, help="a JSON file: the start check's numbers")
     p.add_argument("--out", type=Path, default=None, help="default: bench/results/cpu/llm_prereg_NAME.json")
     p.add_argument("--plot", type=Path, default=None, help="default: the --out file with .png")
     a = p.parse_args(argv)
     try:
-        result = build(a.name, last_json(a.reported), last_json(a.tuning) if a.tuning else None,
+        result = build(a.name, merge([last_json(f) for f in a.reported]), last_json(a.tuning) if a.tuning else None,
                        json.loads(a.start_check.read_text()) if a.start_check else None)
     except (OSError, ValueError, KeyError) as e:
         print(f"prereg_result: {e}", file=sys.stderr)

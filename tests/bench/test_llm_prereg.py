@@ -72,6 +72,39 @@ def test_bad_prereg_flags_are_refused_naming_the_value(fake_runs, kwargs, messag
     assert not fake_runs
 
 
+ARMS = {"es_k256": {"method": "es", "settings": {"subspace": 256, "lr": 3e-5}},
+        "es_k4096": {"method": "es", "settings": {"subspace": 4096, "lr": 3e-5}}}
+
+
+def test_arms_run_two_settings_of_one_method_side_by_side_under_their_names(fake_runs, capsys, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(bench_llm.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(llm_runs.os, "cpu_count", lambda: 2)
+    assert bench_llm.main(["--model", "m", "--budget", "20", "--seeds", "201", "202", "--arms", json.dumps(ARMS),
+                           "--side-by-side", "--runs-dir", str(tmp_path), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [c["method"] for c in fake_runs] == ["es"] * 4  # both arms are ES runs, no GRPO run
+    assert sorted((c["seed"], c["tuned"]["subspace"]) for c in fake_runs) == [(201, 256), (201, 4096), (202, 256),
+                                                                               (202, 4096)]
+    assert set(rep["acc_after_median"]) == {"es_k256", "es_k4096"}
+    saved = json.loads((tmp_path / "es_k4096_seed202.json").read_text())
+    assert saved["arm"] == "es_k4096" and saved["method"] == "es" and saved["seed"] == 202
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"arms": json.dumps(ARMS), "tune": True}, "leave out --tune and --settings"),
+    ({"arms": json.dumps(ARMS), "settings": "{}"}, "leave out --tune and --settings"),
+    ({"arms": json.dumps({"k 1": ARMS["es_k256"]})}, "letters, digits and _"),
+    ({"arms": json.dumps({"a": {"method": "sgd"}})}, "must be"),
+    ({"arms": json.dumps({"a": {"method": "es", "settings": {"subspace": 0}}})}, "a: es setting 'subspace'"),
+    ({"arms": "{}"}, "at least one arm"),
+])
+def test_bad_arms_are_refused_naming_the_value(fake_runs, kwargs, message):
+    with pytest.raises(BenchSetupError, match=message):
+        bench_llm.run(model="m", seeds=(401,), log=lambda *_: None, **kwargs)
+    assert not fake_runs
+
+
 def test_snapshots_reach_both_runners():
     c = {**bench_llm.configs(quick=True), "snapshot_s": 30.0}
     es = llm_runs.es_invocation("m", 5, 60.0, "out", c)

@@ -49,3 +49,35 @@ def test_the_last_json_line_of_a_study_file_is_read(tmp_path):
     f = tmp_path / "r.txt"
     f.write_text("a table\n" + json.dumps({"x": 1}) + "\n" + json.dumps({"x": 2}) + "\nnote\n")
     assert prereg_result.last_json(f) == {"x": 2}
+
+
+def k_arm(arm, k, accs, seeds=(201, 202, 203)):
+    return {arm: [{**run("es", s, a), "settings": {"subspace": k}} for s, a in zip(seeds, accs)]}
+
+
+def test_reports_of_one_registration_merge_and_es_arms_get_medians_by_k(tmp_path):
+    first = {**reported(), "runs": {**k_arm("es", 1024, (0.3, 0.32, 0.31)), "grpo": reported()["runs"]["grpo"]}}
+    arms = {**reported(), "runs": {**k_arm("es_k256", 256, (0.2, 0.25, 0.3)), **k_arm("es_k4096", 4096, (0.1,) * 3)},
+            "tuned": "given"}
+    merged = prereg_result.merge([first, arms])
+    assert sorted(merged["runs"]) == ["es", "es_k256", "es_k4096", "grpo"] and merged["tuned"] == ["chosen", "given"]
+    r = prereg_result.build("mechanism", merged)
+    assert r["es_median"] == 0.31 and r["grpo_median"] == 0.05 and r["es_wins"] is True  # the headline arm decides
+    assert r["es_median_by_k"] == {"1024": 0.31, "256": 0.25, "4096": 0.1}
+    assert r["es_median_by_arm"] == {"es": 0.31, "es_k256": 0.25, "es_k4096": 0.1}
+    assert "grpo" not in r["es_median_by_arm"] and set(r["curve"]) == {"es", "es_k256", "es_k4096", "grpo"}
+    prereg_result.plot(r, tmp_path / "m.png")
+    assert (tmp_path / "m.png").stat().st_size > 1000
+    one = prereg_result.build("sparse", prereg_result.merge([reported()]))
+    assert "es_median_by_arm" not in one and "es_median_by_k" not in one  # one ES arm, no subspace: as before
+
+
+def test_reports_that_are_not_one_registration_are_refused():
+    with pytest.raises(ValueError, match="differs from the first in budget_s"):
+        prereg_result.merge([reported(), {**reported(), "budget_s": 1200.0}])
+    with pytest.raises(ValueError, match="differs from the first in before"):
+        prereg_result.merge([reported(), {**reported(), "before": {"accuracy": 0.5}}])
+    with pytest.raises(ValueError, match="es seed 401 is in two reported files"):
+        prereg_result.merge([reported(), reported()])
+    with pytest.raises(ValueError, match="no reported file"):
+        prereg_result.merge([])
