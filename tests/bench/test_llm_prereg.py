@@ -3,7 +3,6 @@ tuning alone (``--tune-only``, ``--tuning-budget``), the pooled held-out set (``
 and held-out curves from snapshots (``--snapshot-every``) on both sides."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from types import SimpleNamespace
 
@@ -21,37 +20,13 @@ GRID = {"es": [{"lr": 1e-4, "subspace": 64}, {"lr": 1e-3, "subspace": 64}],
         "grpo": [{"learning_rate": 1e-4}, {"learning_rate": 1e-3}]}
 
 
-@pytest.fixture
-def fake_runs(monkeypatch):
-    """Fake runs: validation accuracy grows with ES's lr and falls with GRPO's; every call recorded."""
-    calls = []
-
-    def side(method, key):
-        def run_side(model, seed, budget, threads, c, tuned=None, validate=False):
-            calls.append({"method": method, "seed": seed, "budget": budget, "tuned": tuned, "validate": validate,
-                          "c": c})
-            v = (tuned or {}).get(key, 0.0)
-            acc = v * 100 if method == "es" else 1.0 - v * 100
-            rec = {"method": method, "seed": seed, "status": "ok", "after": {"accuracy": 0.5, "formatted": 1.0,
-                   "reward": 0.5}, "steps": 3, "train_s": budget, "generations_per_s": 1.0, "curve": [[1.0, 0.1]]}
-            return {**rec, "validation": {"accuracy": acc}} if validate else rec
-        return run_side
-
-    monkeypatch.setattr(bench_llm, "run_es", side("es", "lr"))
-    monkeypatch.setattr(bench_llm, "run_grpo", side("grpo", "learning_rate"))
-    monkeypatch.setattr(bench_llm, "before_accuracy", lambda model, c: {"accuracy": 0.1, "formatted": 1.0,
-                                                                         "reward": 0.2, "problems": 7})
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())  # "trl is installed"
-    return calls
-
-
 def test_a_given_grid_is_tuned_alone_on_its_own_budget(fake_runs, capsys):
     assert bench_llm.main(["--model", "m", "--tune", "--tune-only", "--tuning-seeds", "1", "--tuning-budget", "6",
                            "--budget", "20", "--seeds", "401", "--grid", json.dumps(GRID), "--held-out", "pooled",
                            "--json"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert [c["validate"] for c in fake_runs] == [True] * 4 and {c["budget"] for c in fake_runs} == {6.0}
-    assert {c["seed"] for c in fake_runs} == {1}  # no reported seed ran
+    assert [c.validate for c in fake_runs] == [True] * 4 and {c.budget for c in fake_runs} == {6.0}
+    assert {c.seed for c in fake_runs} == {1}  # no reported seed ran
     assert rep["tuning"]["budget_s"] == 6.0 and "for 6 s per setting" in rep["tuned"]
     assert rep["tuning"]["methods"]["es"]["chosen"] == GRID["es"][1]  # the fakes: ES's larger lr,
     assert rep["tuning"]["methods"]["grpo"]["chosen"] == GRID["grpo"][0]  # GRPO's smaller
@@ -83,8 +58,8 @@ def test_arms_run_two_settings_of_one_method_side_by_side_under_their_names(fake
     assert bench_llm.main(["--model", "m", "--budget", "20", "--seeds", "201", "202", "--arms", json.dumps(ARMS),
                            "--side-by-side", "--runs-dir", str(tmp_path), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert [c["method"] for c in fake_runs] == ["es"] * 4  # both arms are ES runs, no GRPO run
-    assert sorted((c["seed"], c["tuned"]["subspace"]) for c in fake_runs) == [(201, 256), (201, 4096), (202, 256),
+    assert [c.method for c in fake_runs] == ["es"] * 4  # both arms are ES runs, no GRPO run
+    assert sorted((c.seed, c.tuned["subspace"]) for c in fake_runs) == [(201, 256), (201, 4096), (202, 256),
                                                                                (202, 4096)]
     assert set(rep["acc_after_median"]) == {"es_k256", "es_k4096"}
     saved = json.loads((tmp_path / "es_k4096_seed202.json").read_text())

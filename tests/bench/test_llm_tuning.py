@@ -48,29 +48,6 @@ def test_both_methods_get_the_same_tuning_budget():
         llm_tuning.tune(GRIDS, (), lambda *a: 0.0)
 
 
-@pytest.fixture
-def fake_runs(monkeypatch):
-    """llm_vs_grpo with fake ES and GRPO runs: validation accuracy grows with lr (ES) and falls with it (GRPO)."""
-    calls = []
-
-    def side(method, key):
-        def run_side(model, seed, budget, threads, c, tuned=None, validate=False):
-            calls.append((method, seed, tuned, validate))
-            v = (tuned or {}).get(key, 0.0)
-            acc = min(v * 10, 1.0) if method == "es" else 1.0 - min(v * 1000, 1.0)
-            rec = {"method": method, "seed": seed, "status": "ok", "after": {"accuracy": 0.5, "formatted": 1.0,
-                   "reward": 0.5}, "steps": 3, "train_s": budget, "generations_per_s": 1.0, "curve": [[1.0, 0.1]]}
-            return {**rec, "validation": {"accuracy": acc}} if validate else rec
-        return run_side
-
-    monkeypatch.setattr(bench_llm, "run_es", side("es", "lr"))
-    monkeypatch.setattr(bench_llm, "run_grpo", side("grpo", "learning_rate"))
-    monkeypatch.setattr(bench_llm, "before_accuracy", lambda model, c: {"accuracy": 0.1, "formatted": 1.0,
-                                                                         "reward": 0.2})
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())  # "trl is installed"
-    return calls
-
-
 def test_bench_llm_tune_reports_seeds_with_the_chosen_settings(fake_runs, capsys):
     assert bench_llm.main(["--model", "m", "--tune", "--tuning-seeds", "7", "--seeds", "100", "101",
                  "--budget", "5", "--json"]) == 0
@@ -87,15 +64,15 @@ def test_bench_llm_tune_reports_seeds_with_the_chosen_settings(fake_runs, capsys
     assert len(tuned_calls) == len(llm_tuning.ES_GRID) + len(llm_tuning.GRPO_GRID)   # every setting, 1 seed
     assert {c[1] for c in tuned_calls} == {7}
     reported = [c for c in fake_runs if not c[3]]
-    assert sorted((m, s) for m, s, _, _ in reported) == [("es", 100), ("es", 101), ("grpo", 100), ("grpo", 101)]
-    assert all(t == chosen[m] for m, _, t, _ in reported)
+    assert sorted((m, s) for m, s, *_ in reported) == [("es", 100), ("es", 101), ("grpo", 100), ("grpo", 101)]
+    assert all(t == chosen[m] for m, _, t, *_ in reported)
 
 
 def test_without_tune_nothing_is_tuned_and_tuning_seeds_are_refused_as_reported_seeds(fake_runs, capsys):
     assert bench_llm.main(["--model", "m", "--seeds", "100", "--budget", "5", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "tuning" not in rep and rep["tuned"].startswith("nothing")
-    assert all(t is None and not v for _, _, t, v in fake_runs)
+    assert all(t is None and not v for _, _, t, v, *_ in fake_runs)
     with pytest.raises(BenchSetupError, match="tuning seeds"):
         bench_llm.run(model="m", seeds=(0, 100), tune=True, log=lambda *_: None)
     with pytest.raises(BenchSetupError, match="needs --tune"):
@@ -172,11 +149,11 @@ def test_side_by_side_runs_each_pair_together_and_chooses_and_reports_as_one_at_
     chosen = {m: t["chosen"] for m, t in rep["tuning"]["methods"].items()}
     tuned = [c for c in paired_runs if c[3]]
     # every grid setting ran once on the tuning seed, ES's i-th beside GRPO's i-th
-    assert sorted(map(str, tuned)) == sorted(map(str, [(m, 7, dict(st), True) for m in ("es", "grpo")
+    assert sorted(str(c[:4]) for c in tuned) == sorted(map(str, [(m, 7, dict(st), True) for m in ("es", "grpo")
                                                        for st in llm_tuning.GRIDS[m]]))
     assert chosen == {"es": max(llm_tuning.ES_GRID, key=lambda s: s["lr"]),
                       "grpo": min(llm_tuning.GRPO_GRID, key=lambda s: s["learning_rate"])}
-    assert sorted((m, s) for m, s, t, v in paired_runs if not v) == [("es", 100), ("es", 101), ("grpo", 100),
+    assert sorted((m, s) for m, s, t, v, *_ in paired_runs if not v) == [("es", 100), ("es", 101), ("grpo", 100),
                                                                     ("grpo", 101)]
     assert {m: rep["acc_after_median"][m] for m in ("es", "grpo")} == {"es": 0.5, "grpo": 0.5}
 
@@ -200,8 +177,8 @@ def test_given_settings_run_on_the_reported_seeds_untuned(fake_runs, capsys):
                  "--settings", json.dumps(given)]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "tuning" not in rep and rep["tuned"].startswith("nothing here: the settings were given")
-    assert not any(v for *_, v in fake_runs)   # nothing validated: nothing tuned
-    assert sorted((m, s, json.dumps(t)) for m, s, t, _ in fake_runs) == [
+    assert not any(c.validate for c in fake_runs)   # nothing validated: nothing tuned
+    assert sorted((m, s, json.dumps(t)) for m, s, t, *_ in fake_runs) == [
         ("es", 100, json.dumps(given["es"])), ("es", 101, json.dumps(given["es"])),
         ("grpo", 100, "null"), ("grpo", 101, "null")]
 
