@@ -27,6 +27,7 @@ import hyperscalees
 from hyperscalees.benchmarks.base import BenchSetupError
 from hyperscalees.benchmarks.training_curves import json_object as _json_object  # re-used by the studies
 from llm_tuning import GRIDS, tune
+from study_cli import last_json
 
 HERE = Path(__file__).resolve().parent  # bench/: the runners' scripts
 
@@ -41,17 +42,6 @@ def _env(threads: int) -> dict:
     src = str(Path(hyperscalees.__file__).resolve().parents[1])  # the hyperscalees this process runs
     path = os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-
-
-def _last_json(text: str) -> dict | None:
-    for line in reversed((text or "").strip().splitlines()):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    return None
 
 
 def _failure(rc, text: str) -> str:
@@ -128,7 +118,7 @@ def run_es(model: str, seed: int, budget: float, threads: int, c: dict, tuned: d
     with tempfile.TemporaryDirectory(prefix="hs_bench_llm_") as tmp:
         argv = es_invocation(model, seed, budget, Path(tmp) / "run", c, tuned)
         rc, out, err = _call(argv, budget + STARTUP_SLACK_S, threads)
-        summary = _last_json(out)
+        summary = last_json(out)
         try:
             rows = read_rows(Path(tmp) / "run" / JSONL_FILE)
         except Exception:  # noqa: BLE001 - a failed run may leave no or a torn file; reported as failed
@@ -180,7 +170,7 @@ def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned:
         saved = str(Path(tmp) / "model")
         rc, out, err = _call(argv + (["--save", saved] if validate or pooled or snaps else []),
                              budget + STARTUP_SLACK_S, threads)
-        rec = _last_json(out)
+        rec = last_json(out)
         ok = rc == 0 and rec is not None
         val = validation_accuracy(saved, c) if ok and validate else None
         if ok and (pooled or snaps):  # the parent scores, as ES's: the child scored the first E test problems

@@ -31,8 +31,8 @@ RULE = "ES wins when its median held-out accuracy over the reported seeds is >= 
 
 def last_json(path) -> dict:
     """The last line of ``path`` that is a JSON object (a study's ``--json --out`` file)."""
-    from llm_runs import _last_json
-    value = _last_json(Path(path).read_text(encoding="utf-8"))
+    from study_cli import last_json as last_line
+    value = last_line(Path(path).read_text(encoding="utf-8"))
     if value is None:
         raise ValueError(f"{path}: no JSON object line (was it written by a study's --json --out?)")
     return value

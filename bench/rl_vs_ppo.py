@@ -163,7 +163,7 @@ def run_es(env_id: str, seed: int, budget: float, threads: int, strategy: str = 
                    and train_total > 0 else None)
     return {"seed": seed, "status": status, "reached": time_s is not None, "time_s": time_s,
             "train_s": time_to_threshold(curve, threshold, budget, clock=1), "env_steps_per_s": steps_per_s,
-            "es_steps": len(rows), "summary": _last_json(out_text), "curve": curve, "argv": argv[3:]}
+            "es_steps": len(rows), "summary": study_cli.last_json(out_text), "curve": curve, "argv": argv[3:]}
 
 
 # -- the PPO side --------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def run_ppo(python: Path, script: Path, env_id: str, seed: int, budget: float, t
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired:
         rc, out, err = None, "", f"killed after {budget + STARTUP_SLACK_S:g} s"
-    rec = _last_json(out)
+    rec = study_cli.last_json(out)
     if rc != 0 or rec is None:
         return {"seed": seed, "status": _failure(rc, err, None), "reached": False, "time_s": None,
                 "train_s": None, "env_steps_per_s": None, "curve": []}
@@ -240,16 +240,6 @@ def _failure(rc, text: str, signalled) -> str:
     lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
     why = "killed: still running past its deadline" if signalled == "killed" else f"exit {rc}"
     return f"failed ({why}): {lines[-1][-300:] if lines else 'no output'}"
-
-
-def _last_json(text: str) -> dict | None:
-    for line in reversed((text or "").strip().splitlines()):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        return obj if isinstance(obj, dict) else None
-    return None
 
 
 # -- summaries and the report -------------------------------------------------------------

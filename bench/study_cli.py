@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 from typing import Callable
 
@@ -17,6 +18,19 @@ from hyperscalees.cli.bench import _int_at_least, _positive_float, add_flags, me
 
 COMMON = frozenset({"quick", "json", "device", "threads", "out"})  # the flags add_flags gives every benchmark
 positive_int, seed, positive_float = _int_at_least(1), _int_at_least(0), _positive_float
+
+
+def last_json(text: str) -> dict | None:
+    """The last line of ``text`` that is a JSON object (a run's ``--json`` summary, a study's record), or
+    None: what a study reads back from a child's output or a saved result file."""
+    for line in reversed((text or "").strip().splitlines()):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
 
 
 def parser(script: str, doc: str) -> argparse.ArgumentParser:

@@ -81,3 +81,9 @@ def test_reports_that_are_not_one_registration_are_refused():
         prereg_result.merge([reported(), reported()])
     with pytest.raises(ValueError, match="no reported file"):
         prereg_result.merge([])
+
+
+def test_a_studys_last_json_object_line_is_what_is_read_back():
+    import study_cli
+    assert study_cli.last_json('table\n{"a": 1}\n[1, 2]\nnot json\n') == {"a": 1}  # a list line is skipped
+    assert study_cli.last_json("") is None and study_cli.last_json(None) is None
