@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hyperscalees.distributed import LocalBackend, wire
+from kept_environ import environ_kept
 from hyperscalees.distributed.base import PhaseTimes
 from hyperscalees.distributed.replica import Replica
 from hyperscalees.engine import make_config
@@ -63,12 +64,11 @@ def ray_local():
     ray = pytest.importorskip("ray")
     from hyperscalees.distributed.ray import RayConfig, start_ray
     home, temp = tempfile.mkdtemp(prefix="hsh", dir="/tmp"), tempfile.mkdtemp(prefix="hsr", dir="/tmp")
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = home
-    assert start_ray(RayConfig(workers=2, temp_dir=temp))
-    yield ray
-    ray.shutdown()
-    os.environ["HOME"] = saved or ""
+    with environ_kept("HOME", "RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        os.environ["HOME"] = home
+        assert start_ray(RayConfig(workers=2, temp_dir=temp))
+        yield ray
+        ray.shutdown()
     shutil.rmtree(home, ignore_errors=True)
     shutil.rmtree(temp, ignore_errors=True)
 

@@ -35,6 +35,7 @@ from hyperscalees.cli.main import main
 from hyperscalees.distributed import LocalBackend, RayBackend, RayConfig
 from hyperscalees.distributed.ray_checks import auth_refused
 from hyperscalees.distributed.replica import Replica
+from kept_environ import environ_kept
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = str(ROOT / "src")
@@ -161,24 +162,18 @@ def driver(cluster):
     """This process as a driver of the cluster: its HOME (the token), token mode on; as before afterwards
     (Ray reads the mode and the token once per process: both are read again, each way)."""
     from ray._raylet import AuthenticationTokenLoader, Config
-    keys = ("HOME", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "HS_CLUSTER")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update(HOME=cluster.home, RAY_AUTH_MODE="token", HS_CLUSTER=MARK)
-    os.environ.pop("RAY_AUTH_TOKEN", None)
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
-    try:
-        yield cluster
-    finally:
-        import ray
-        ray.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environ_kept("HOME", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "HS_CLUSTER"):
+        os.environ.update(HOME=cluster.home, RAY_AUTH_MODE="token", HS_CLUSTER=MARK)
+        os.environ.pop("RAY_AUTH_TOKEN", None)
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
+        try:
+            yield cluster
+        finally:
+            import ray
+            ray.shutdown()
+    Config.initialize("")  # the mode and token as they were, read again
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 # -- a small task of this file's own (pickled by value: Ray workers cannot import a test module) --
