@@ -78,6 +78,7 @@ QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, E
 UNTUNED = "nothing: ES runs train llm's defaults, GRPO TRL's defaults (temperature 1, beta 0)"
 GIVEN = ("nothing here: the settings were given (--settings) {given}; a method not named runs its defaults "
          "(ES train llm's, GRPO TRL's)")
+ARMS = "nothing here: every arm's method and settings were given (--arms) {arms}"
 METHODS = ("es", "grpo")
 HELD_OUT = {"test": "the first {e} distinct test problems (the same for every seed)",
             "pooled": "every distinct validation and test problem, pooled ({n} problems)"}
@@ -154,7 +155,7 @@ def summarize(runs: list[dict]) -> dict:
 
 def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: float, threads: int, c: dict,
                  notes=(), warm: dict | None = None, tuning: dict | None = None, side_by_side: bool = False,
-                 given: dict | None = None) -> Report:
+                 given: dict | None = None, arms: dict | None = None) -> Report:
     rep = Report("llm", QUESTION, COLUMNS)
     nan = lambda v: float("nan") if v is None else v
     summaries = {}
@@ -176,7 +177,8 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
                                                   "eval_prompts")},
                    "tuned": (llm_tuning.PROTOCOL.format(seeds=tuning["seeds"], budget=tuning.get("budget_s", budget),
                                                         chosen={m: t["chosen"] for m, t in tuning["methods"].items()})
-                             if tuning else GIVEN.format(given=given) if given else UNTUNED),
+                             if tuning else ARMS.format(arms={a: {"method": m, "settings": st} for a, (m, st) in arms.items()})
+                             if arms else GIVEN.format(given=given) if given else UNTUNED),
                    "device": device_name(c.get("device", "cpu")), "environment": environment()}
     if warm:
         rep.summary["warm_start"] = warm
@@ -190,10 +192,10 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
                   f"{50 / scored ** 0.5:.1f} points (--eval-prompts / --held-out set how many problems)",
                   f"every run: {budget:g} s of training wall clock on {device_name(c.get('device', 'cpu'))}, "
                   f"OMP_NUM_THREADS={threads}, "
-                  + ("a seed's ES and GRPO runs side by side (started together, one per core)" if side_by_side
-                     else "one run at a time") + "; evaluation outside the clock",
+                  + (f"a seed's {' and '.join(arms) if arms else 'ES and GRPO'} runs side by side (started together, "
+                     "one per core)" if side_by_side else "one run at a time") + "; evaluation outside the clock",
                   "steps: ES steps (population x prompts) or GRPO steps (prompts x completions), "
-                  + ("each method's chosen setting (tuning)" if tuning else
+                  + ("each method's chosen setting (tuning)" if tuning else "each arm's given setting (--arms)" if arms else
                      "each method's given setting (--settings; a method not named: its defaults)" if given else
                      f"ES {c['population']} x {c['prompts']}, GRPO {c['prompts']} x {c['generations']}")
                   + "; gen_per_s: completions per training second",
@@ -433,7 +435,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         notes.append(f"every run's record: {runs_dir}/METHOD_seedS.json")
     return build_report(model, before, runs, budget, threads, c, notes, warm,
                         tuning and {"seeds": list(tuning_seeds), "budget_s": tuning_budget, "methods": tuning},
-                        side_by_side, given)
+                        side_by_side, given, arms)
 
 
 def flags(p) -> None:

@@ -62,6 +62,9 @@ def test_arms_run_two_settings_of_one_method_side_by_side_under_their_names(fake
     assert sorted((c.seed, c.tuned["subspace"]) for c in fake_runs) == [(201, 256), (201, 4096), (202, 256),
                                                                                (202, 4096)]
     assert set(rep["acc_after_median"]) == {"es_k256", "es_k4096"}
+    assert rep["tuned"].startswith("nothing here: every arm's method and settings were given (--arms)")
+    assert any("a seed's es_k256 and es_k4096 runs side by side" in n for n in rep["notes"])
+    assert any("each arm's given setting (--arms)" in n for n in rep["notes"])
     saved = json.loads((tmp_path / "es_k4096_seed202.json").read_text())
     assert saved["arm"] == "es_k4096" and saved["method"] == "es" and saved["seed"] == 202
 
