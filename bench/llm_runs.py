@@ -15,6 +15,7 @@ Both are scored here, after the run and outside its clock, by the one evaluator
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,6 +33,11 @@ from study_cli import last_json
 HERE = Path(__file__).resolve().parent  # bench/: the runners' scripts
 
 ES_MAX_STEPS = 1_000_000  # ES stops on its budget, never on a step count
+# GRPO's step cap (grpo_run --max-steps; its data set holds prompts x this), set from the budget so that the
+# budget ends the run: 20 steps a second is faster than any CPU step here. A cap of 1,000 (grpo_run's
+# default) ended 4-prompt Countdown runs at ~360 s of a 600 s budget. TRL decays the learning rate linearly
+# to 0 at the cap, so at the cap's rate a run that stops on its budget keeps >= 80% of it for steps >= 0.25 s.
+GRPO_MAX_STEPS_PER_S = 20
 # train llm's own closing evaluation, inside its clock: never the reported score (that is scored here, outside
 # both clocks), so it is kept small -- a pooled held-out set of ~2,000 problems would eat ES's budget
 ES_RUN_EVAL_PROMPTS = 16
@@ -155,9 +161,24 @@ def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
             "--prompts", str(tuned.get("prompts", c["prompts"])),
             "--generations", str(tuned.get("generations", c["generations"])),
             "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
-            "--budget", f"{budget:g}", "--threads", str(threads)]
+            "--budget", f"{budget:g}", "--threads", str(threads), "--max-steps", str(grpo_max_steps(budget))]
     argv += ["--learning-rate", f"{tuned['learning_rate']:g}"] if "learning_rate" in tuned else []
     return argv + _device_flag(c)
+
+
+def grpo_max_steps(budget: float) -> int:
+    """GRPO's step cap for a run of ``budget`` seconds: one its budget reaches first (see
+    :data:`GRPO_MAX_STEPS_PER_S`), so both methods stop on the clock."""
+    return max(1, math.ceil(budget * GRPO_MAX_STEPS_PER_S))
+
+
+def stopped_early(rec: dict) -> str | None:
+    """Why a finished run did not stop on its budget (equal wall clock broken), or None."""
+    stopped = rec.get("stopped")
+    if rec.get("status") != "ok" or stopped in (None, "budget", "time_budget"):
+        return None
+    return (f"{rec['method']} seed {rec['seed']} stopped by {stopped} after {rec.get('train_s')} s of its "
+            f"{rec.get('settings', {}).get('budget_s')} s budget: not equal wall clock")
 
 
 def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
@@ -268,6 +289,8 @@ def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: in
 
     def validated(m, seed, settings):
         rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
+        if stopped_early(rec):
+            log(f"llm_vs_grpo: tuning {settings}: {stopped_early(rec)}")
         return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
 
     train = validated

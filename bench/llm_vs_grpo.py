@@ -70,7 +70,7 @@ import study_cli
 from hyperscalees.benchmarks.base import BenchSetupError, Report, environment
 from hyperscalees.engine.plotting import pyplot, save_figure
 from llm_runs import (_json_object, before_accuracy, check_side_by_side, concurrently, run_es, run_grid, run_grpo,
-                      with_task)
+                      stopped_early, with_task)
 from warm_start import warm_start
 
 QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, EGGROLL) vs GRPO (TRL), one evaluator, "
@@ -202,6 +202,7 @@ def build_report(model: str, before: dict, runs: dict[str, list[dict]], budget: 
                   "ES's clock includes loading the model and building the strategy; GRPO's starts at on_train_begin"]
     rep.notes += [f"{r['method']} seed {r['seed']}: {r['status']}" for rs in runs.values() for r in rs
                   if r["status"] != "ok"]
+    rep.notes += [why for rs in runs.values() for r in rs if (why := stopped_early(r))]
     rep.notes += list(notes)
     return rep
 

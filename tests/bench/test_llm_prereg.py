@@ -128,3 +128,26 @@ def test_the_grpo_callback_snapshots_every_interval(monkeypatch, tmp_path):
     assert written == ["model@3", "model@5"]  # past 10 s, then past 20 (and 30) s at once
     assert [(s["step"], s["time"]) for s in read_snapshots(tmp_path)] == [(3, 12.0), (5, 35.0)]
     assert grpo_run.snapshotter(SimpleNamespace(snapshot_every=None, snapshot_dir=None), "tok") is None
+
+
+def test_grpos_step_cap_never_ends_a_run_before_its_budget():
+    c = bench_llm.configs(quick=True)
+    for budget in (3.0, 600.0, 1200.0):
+        argv = llm_runs.grpo_invocation("m", 1, budget, c, threads=1)
+        cap = int(argv[argv.index("--max-steps") + 1])
+        assert cap == llm_runs.grpo_max_steps(budget) and cap >= budget * 20  # 20 steps a second: never reached
+    assert llm_runs.grpo_max_steps(1200.0) == 2 * llm_runs.grpo_max_steps(600.0)  # the same share of the decay
+
+
+def test_a_run_that_stops_before_its_budget_is_named():
+    grpo = {"method": "grpo", "seed": 5, "status": "ok", "stopped": "max_steps", "train_s": 361.2,
+            "settings": {"budget_s": 600.0}}
+    assert llm_runs.stopped_early(grpo) == ("grpo seed 5 stopped by max_steps after 361.2 s of its 600.0 s budget: "
+                                            "not equal wall clock")
+    assert llm_runs.stopped_early({**grpo, "stopped": "budget"}) is None
+    assert llm_runs.stopped_early({**grpo, "method": "es", "stopped": "time_budget"}) is None
+    assert llm_runs.stopped_early({**grpo, "status": "failed (exit 1)"}) is None  # a failure is reported as one
+    rep = bench_llm.build_report("m", {"accuracy": 0.1, "formatted": 1.0, "reward": 0.2}, {"grpo": [
+        {**grpo, "after": {"accuracy": 0.2, "formatted": 1.0, "reward": 0.3}, "steps": 1000}]}, 600.0, 1,
+        bench_llm.configs(quick=True))
+    assert any("stopped by max_steps" in n for n in rep.notes)
