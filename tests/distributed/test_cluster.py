@@ -79,9 +79,12 @@ class Cluster:
         self.token = None
         self.env = {**os.environ, "HOME": self.home, "HS_CLUSTER": MARK, "RAY_USAGE_STATS_ENABLED": "0",
                     "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                    # a dead node is declared so within ~3 s (Ray's default: ~30 s)
-                    "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
-                    "RAY_health_check_failure_threshold": "2"}
+                    # a killed node is declared dead within ~3 s (Ray's default: ~30 s): its port refuses
+                    # the GCS's checks at once, one a second, three in a row. A live node answers within
+                    # 10 s even on a loaded 2-core machine; a 1 s deadline there had a node declared dead
+                    # (and its raylet quit) in the middle of a test that killed nothing
+                    "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "10000",
+                    "RAY_health_check_failure_threshold": "3"}
         for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
             self.env.pop(k, None)
 
