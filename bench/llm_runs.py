@@ -160,10 +160,23 @@ def grpo_invocation(model: str, seed: int, budget: float, c: dict, threads: int,
             "--task-options", json.dumps(c["task_options"]), "--seed", str(seed),
             "--prompts", str(tuned.get("prompts", c["prompts"])),
             "--generations", str(tuned.get("generations", c["generations"])),
-            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(c["eval_prompts"]),
+            "--max-new-tokens", str(c["max_new_tokens"]), "--eval-prompts", str(grpo_run_eval_prompts(c)),
             "--budget", f"{budget:g}", "--threads", str(threads), "--max-steps", str(grpo_max_steps(budget))]
     argv += ["--learning-rate", f"{tuned['learning_rate']:g}"] if "learning_rate" in tuned else []
     return argv + _device_flag(c)
+
+
+def scored_here(c: dict) -> bool:
+    """Whether this process scores every run's model itself (``--held-out pooled``, snapshots), so a
+    GRPO child's own closing evaluation is never the score."""
+    return c.get("held_out") == "pooled" or bool(c.get("snapshot_s"))
+
+
+def grpo_run_eval_prompts(c: dict) -> int:
+    """The problems ``grpo_run.py`` scores after its run: the score itself, or, when the study scores
+    here, a few only (as ES's own closing evaluation), so a large model's child is not killed for
+    outliving :data:`STARTUP_SLACK_S` while it scores problems nobody reads."""
+    return min(c["eval_prompts"], ES_RUN_EVAL_PROMPTS) if scored_here(c) else c["eval_prompts"]
 
 
 def grpo_max_steps(budget: float) -> int:
@@ -184,17 +197,17 @@ def stopped_early(rec: dict) -> str | None:
 def run_grpo(model: str, seed: int, budget: float, threads: int, c: dict, tuned: dict | None = None,
              validate: bool = False) -> dict:
     """One GRPO run; ``validate``: also save the trained model and score it on the validation problems."""
-    pooled, snaps = c.get("held_out") == "pooled", c.get("snapshot_s")
+    here, snaps = scored_here(c), c.get("snapshot_s")
     with tempfile.TemporaryDirectory(prefix="hs_bench_llm_grpo_") as tmp:
         argv = grpo_invocation(model, seed, budget, c, threads, tuned)
         argv += ["--snapshot-every", f"{snaps:g}", "--snapshot-dir", str(Path(tmp) / "run")] if snaps else []
         saved = str(Path(tmp) / "model")
-        rc, out, err = _call(argv + (["--save", saved] if validate or pooled or snaps else []),
+        rc, out, err = _call(argv + (["--save", saved] if validate or here else []),
                              budget + STARTUP_SLACK_S, threads)
         rec = last_json(out)
         ok = rc == 0 and rec is not None
         val = validation_accuracy(saved, c) if ok and validate else None
-        if ok and (pooled or snaps):  # the parent scores, as ES's: the child scored the first E test problems
+        if ok and here:  # the parent scores, as ES's: the child scored a few test problems only
             rec = {**rec, "after": before_accuracy(saved, c), "after_in_run": rec["after"]}
             rec["held_out_curve"] = with_end(score_snapshots(Path(tmp) / "run", c), [
                 rec["train_s"], rec["after"]["accuracy"], rec["after"]["formatted"], rec["steps"]])

@@ -181,6 +181,11 @@ def test_eval_prompts_reach_both_runners_and_the_scorers(tmp_path):
     # the benchmark scores the start itself, outside the clock: ES's budget buys training only
     assert parsed["engine.eval_at_start"] is False
     assert grpo_run.parse(llm_runs.grpo_invocation("m", 5, 60.0, c, 1)[2:]).eval_prompts == 512
+    # scored here (the pooled held-out set, snapshots): GRPO's own closing evaluation is not the score,
+    # so it answers as few as ES's, not 512 problems past its budget
+    for scored in ({"held_out": "pooled"}, {"snapshot_s": 300.0}):
+        argv = llm_runs.grpo_invocation("m", 5, 60.0, {**c, **scored}, 1)
+        assert grpo_run.parse(argv[2:]).eval_prompts == llm_runs.ES_RUN_EVAL_PROMPTS, scored
 
 
 def test_running_mean_averages_the_last_window_values():
