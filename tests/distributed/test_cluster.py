@@ -111,9 +111,24 @@ class Cluster:
 
     def run(self, line: str, node: str = "driver", timeout: float = 120, **extra) -> subprocess.CompletedProcess:
         words, env = self.command(line, node, extra)
-        done = subprocess.run(words, env=env, capture_output=True, text=True, timeout=timeout)
+        try:
+            done = subprocess.run(words, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:  # say why: the driver's own words and every raylet's last
+            said = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            raise AssertionError(f"{line}\ntimed out after {timeout:g} s; its stderr:\n{said[-6000:]}\n"
+                                 f"{self.raylet_logs()}") from None
         assert done.returncode == 0, f"{line}\n{done.stderr[-3000:]}"
         return done
+
+    def raylet_logs(self, lines: int = 20) -> str:
+        """The last ``lines`` of every raylet and GCS log of this cluster (what a failure message needs:
+        why a node died is written there, and the temp dir goes when the cluster closes)."""
+        out = []
+        for log in sorted(Path(self.temp).glob("session_*/logs/*")):
+            if log.name.startswith(("raylet", "gcs_server")) and log.suffix in (".out", ".err"):
+                tail = log.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {log.name}\n" + "\n".join(tail))
+        return "\n".join(out) or f"(no raylet logs under {self.temp})"
 
     def node_id(self, node: str) -> str:
         """The Ray node id of ``node`` (its raylet's --node_id)."""
