@@ -44,7 +44,7 @@ OPTION_VALUES = {"task": ("arithmetic", "arithmetic"), "task_options": ('{"max_n
                  "min_p": ("0.5", 0.5), "presence_penalty": ("1.5", 1.5), "ntt": ("wht", "wht"),
                  "init": ("bigram", "bigram"), "train_problems": ("5", 5), "preset": ("eggroll", "eggroll"),
                  "dataset": ("p.jsonl", "p.jsonl"), "export": (None, False), "subspace": ("16", 16),
-                 "adapters": ("2", 2)}
+                 "adapters": ("2", 2), "subspace_cache_mib": ("2048", 2048)}
 
 
 def parse(*argv):

@@ -57,3 +57,22 @@ def test_two_selections_at_once_are_refused_by_name(folder, tmp_path, capsys):
     assert code == 2 and "--subspace and --adapters" in err and not (tmp_path / "x").exists()
     code = main(["train", "llm", "--model", folder, "--subspace", "-1"])
     assert code == 2 and "subspace must be a whole number >= 0" in capsys.readouterr().err
+    code = main(["train", "llm", "--model", folder, "--subspace", "8", "--subspace-cache-mib", "-1"])
+    assert code == 2 and "--subspace-cache-mib must be a whole number >= 0" in capsys.readouterr().err
+
+
+def test_the_subspace_cache_changes_the_cost_never_the_weights(folder, variety, tmp_path, no_plot, monkeypatch):
+    """--subspace-cache-mib 0 projects every member's weights again on every token: the same trained
+    weights as the default cache, bit for bit (the same projection of the same z_i)."""
+    from safetensors.torch import load_file
+
+    from hyperscalees.nn.fastfood import Fastfood
+    calls = []
+    project = Fastfood.project
+    monkeypatch.setattr(Fastfood, "project", lambda self, z, f: calls.append(1) or project(self, z, f))
+    cached = run(config(folder, tmp_path / "cached", {"subspace": 8}, variety, steps=2))
+    n = len(calls)
+    bare = run(config(folder, tmp_path / "bare", {"subspace": 8, "subspace_cache_mib": 0}, variety, steps=2))
+    assert len(calls) - n > 2 * n                                  # a token each, not a generation each
+    x, y = (load_file(f"{r['paths']['export']}/model.safetensors") for r in (cached, bare))
+    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)

@@ -150,10 +150,54 @@ def test_the_members_weights_are_projected_once_per_population_call_and_never_go
     with es.perturbed():
         changed = model(x)
     assert not torch.equal(changed, moved)
-    monkeypatch.setattr(subspace, "CACHE_BYTES", 0)                     # nothing fits: the same values, uncached
-    fresh = net()
-    es2 = hs.EGGROLL(fresh, population=P, sigma=0.1, lr=0.05, es_map=install_subspace(fresh, 16, seed=3))
+    fresh = net()                                                       # nothing fits: the same values, uncached
+    es2 = hs.EGGROLL(fresh, population=P, sigma=0.1, lr=0.05,
+                     es_map=install_subspace(fresh, 16, seed=3, cache_bytes=0))
     with es2.perturbed():
         before = len(calls)
         assert torch.equal(fresh(x), first) and torch.equal(fresh(x), first)
     assert len(calls) - before == 2 * 3 * P
+    monkeypatch.setattr(subspace, "CACHE_BYTES", 0)                     # the default is read at install
+    again = net()
+    es3 = hs.EGGROLL(again, population=P, sigma=0.1, lr=0.05, es_map=install_subspace(again, 16, seed=3))
+    with es3.perturbed():
+        before = len(calls)
+        assert torch.equal(again(x), first) and torch.equal(again(x), first)
+    assert len(calls) - before == 2 * 3 * P
+
+
+def test_the_cache_bound_is_whole_model_and_a_bad_one_is_refused(monkeypatch):
+    calls = []
+    project = Fastfood.project
+    monkeypatch.setattr(Fastfood, "project", lambda self, z, f: calls.append(1) or project(self, z, f))
+    model = net()
+    members_bytes = P * sum(p.numel() * 4 for n, p in model.named_parameters() if n.endswith("weight"))
+    es = hs.EGGROLL(model, population=P, sigma=0.1, lr=0.05,
+                    es_map=install_subspace(model, 16, seed=3, cache_bytes=members_bytes // 2))
+    x = torch.randn(3, 4).repeat(P, 1)
+    with es.perturbed():
+        model(x)
+        n = len(calls)
+        model(x)                                                        # half the model fits: some modules again
+    assert 0 < len(calls) - n < n
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=f"cache_bytes must be a whole number >= 0.*got {bad!r}"):
+            install_subspace(net(), 4, cache_bytes=bad)
+
+
+def test_a_cached_call_draws_no_factors_and_a_miss_draws_them_once_per_module(monkeypatch):
+    """P's factors (signs, permutation, gains: ~10^8 numbers for an LLM) are drawn only to project:
+    a generation's later tokens, served from the cache, draw none."""
+    drawn = []
+    factors = Fastfood.factors
+    monkeypatch.setattr(Fastfood, "factors", lambda self, device: drawn.append(self.d) or factors(self, device))
+    model = net()
+    es = hs.EGGROLL(model, population=P, sigma=0.1, lr=0.05, es_map=install_subspace(model, 16, seed=3))
+    x = torch.randn(3, 4).repeat(P, 1)
+    with es.perturbed():
+        model(x)
+        assert sorted(drawn) == [32, 128, 1024]                        # one draw per projected weight
+        model(x)
+        assert len(drawn) == 3                                          # the next token: none
+    perm = Fastfood(5, 3000, 24).factors(torch.device("cpu"))[1]
+    assert perm.shape == (94, 32) and torch.equal(perm.sort(dim=-1).values, torch.arange(32).expand(94, 32))

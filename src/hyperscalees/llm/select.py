@@ -74,15 +74,16 @@ def evolving(model: nn.Module, include: Iterable[str] | None = None, exclude: It
 
 
 def what_evolves(model: nn.Module, *, subspace: int = 0, adapters: int = 0, evolve: Iterable[str] | None = None,
-                 seed: int = 0) -> dict[str, str]:
+                 seed: int = 0, subspace_cache_bytes: int | None = None) -> dict[str, str]:
     """The ``es_map`` of one choice: a ``subspace`` of K numbers, ``adapters`` of that rank (both change
     ``model`` in place, seeded by ``seed``, so every worker builds the same), ``evolve=["norms"]`` (norm
-    layers' weights and biases), ``evolve`` glob patterns, or the block matrices (:func:`evolving`)."""
+    layers' weights and biases), ``evolve`` glob patterns, or the block matrices (:func:`evolving`).
+    ``subspace_cache_bytes``: the subspace's bound on projected weights kept across a generation's tokens."""
     evolve = list(evolve or [])
     if sum(map(bool, (subspace, adapters, evolve))) > 1:
         raise ValueError("subspace, adapters and evolve each choose what evolves: give one of them")
     if subspace:
-        return install_subspace(model, subspace, seed=seed)
+        return install_subspace(model, subspace, seed=seed, cache_bytes=subspace_cache_bytes)
     if adapters:  # a module read outside its forward cannot carry an adapter either
         return add_adapters(model, adapters, exclude=[p.rsplit(".", 1)[0] for p in READ_OUTSIDE_FORWARD], seed=seed)
     if evolve == ["norms"]:

@@ -53,7 +53,9 @@ class Fastfood:
         gen = torch.Generator().manual_seed(self.key)
         shape = (self.blocks, self.block)
         signs = torch.randint(0, 2, shape, generator=gen).mul_(2).sub_(1).float()
-        perm = torch.rand(shape, generator=gen).argsort(dim=-1)
+        # one randperm per block: O(D) each, ~5x faster on a CPU than argsort of (nb, D) uniforms, which
+        # dominated the factors' cost (a subspace of an LLM draws them for ~10^8 weights per chunk)
+        perm = torch.stack([torch.randperm(self.block, generator=gen) for _ in range(self.blocks)])
         gains = torch.randn(shape, generator=gen)
         gains *= math.sqrt(self.block) / gains.norm(dim=-1, keepdim=True)
         return signs.to(device), perm.to(device), gains.to(device)

@@ -18,8 +18,10 @@ projection of each chosen weight + the module on that member's rows). That is th
 dense perturbation; it buys exactness: member i's rows are computed by the same code, on the
 same z_i, as ``es.materialized(i)`` computes them (z_i rounded once, as materialized does).
 Within one population call the members' projected weights are computed once and reused by every
-later call with the same z_i (a generation's every token), up to :data:`CACHE_BYTES` for the whole
-model; past it they are projected again per call. The values are the same either way.
+later call with the same z_i (a generation's every token), up to ``cache_bytes`` for the whole
+model (default :data:`CACHE_BYTES`); past it they are projected again per call, which on a large model
+costs one full projection per member per token. The values are the same either way. Size it to hold
+one block: members per call × the chosen weights' bytes (``train llm --subspace-cache-mib``).
 Outside a perturbation every call projects again (z may have changed): fine for training, slow
 for long unperturbed generation -- merge first. A weight read outside its module's forward
 (torch's MultiheadAttention's ``out_proj``) cannot be in the subspace: it would silently keep θ₀.
@@ -42,17 +44,17 @@ from .layers import AbstractLayer, PopulationContext, register_layer, registered
 
 ATTR = "hs_subspace"   # the root's plain attribute holding the Subspace bookkeeping
 Z = "hs_subspace_z"    # the root's parameter z
-CACHE_BYTES = 512 * 2 ** 20  # the members' projected weights kept across calls, for the whole model
+CACHE_BYTES = 512 * 2 ** 20  # default: the members' projected weights kept across calls, for the whole model
 
 
 class Subspace:
     """z's bookkeeping, a plain object in the root module's ``__dict__`` (a child module would join
     an ``nn.Sequential``'s pipeline): k, the seed of P, and the block being evaluated, if any."""
 
-    def __init__(self, z: nn.Parameter, seed: int):
-        self.z, self.k, self.seed = z, z.numel(), seed
+    def __init__(self, z: nn.Parameter, seed: int, cache_bytes: int = CACHE_BYTES):
+        self.z, self.k, self.seed, self.cache_bytes = z, z.numel(), seed, cache_bytes
         self.active: tuple[PopulationContext, str] | None = None  # (context, z's name) inside a perturbed call
-        self.cached_bytes = 0  # what the SubspaceForwards' member caches hold, against CACHE_BYTES
+        self.cached_bytes = 0  # what the SubspaceForwards' member caches hold, against cache_bytes
 
     def __getstate__(self):  # a copy (a Ray replica, deepcopy) starts with empty caches: see SubspaceForward
         return {**self.__dict__, "cached_bytes": 0}
@@ -117,12 +119,10 @@ class SubspaceForward:
 
     def __call__(self, *args, **kwargs):
         active = self.holder.active
-        own = self.module._parameters
-        factors = {a: f.factors(own[a].device) for a, f in self.projected.items()}
         if active is None:
-            return self.run(self.weights(self.holder.z.detach()[None], factors), args, kwargs)
+            return self.run(self.weights(self.holder.z.detach()[None], self.factors()), args, kwargs)
         ctx, name = active
-        ws = self.member_weights(self.holder.member_z(ctx, name), factors)  # zs: (members, k)
+        ws = self.member_weights(self.holder.member_z(ctx, name))  # zs: (members, k)
         what = type(self.module).__name__
         split = [per_member(ctx, a, what) for a in args]
         ksplit = {key: per_member(ctx, v, what) for key, v in kwargs.items()}
@@ -130,7 +130,13 @@ class SubspaceForward:
                 for i in range(ctx.members)]
         return join_members(outs)
 
-    def member_weights(self, zs: Tensor, factors: dict) -> list[dict[str, Tensor]]:
+    def factors(self) -> dict:
+        """P's factors of each projected attribute, on θ₀'s device: drawn only where a projection needs
+        them (on a cache hit, a generation's later tokens draw nothing)."""
+        own = self.module._parameters
+        return {a: f.factors(own[a].device) for a, f in self.projected.items()}
+
+    def member_weights(self, zs: Tensor) -> list[dict[str, Tensor]]:
         """θ₀ + P z_i of every member: the last call's when its z_i are these (a generation calls once per
         token with the same members), else projected now and kept while the model's caches fit."""
         own = self.module._parameters
@@ -139,10 +145,11 @@ class SubspaceForward:
         if c is not None and c[3] == theta0 and c[0].shape == zs.shape and c[0].dtype == zs.dtype \
                 and c[0].device == zs.device and torch.equal(c[0], zs):
             return c[1]
+        factors = self.factors()
         ws = [self.weights(zs[i:i + 1], factors) for i in range(zs.shape[0])]
         size = sum(w.numel() * w.element_size() for member in ws for w in member.values())
         held = self.holder.cached_bytes - (c[2] if c is not None else 0)
-        if held + size <= CACHE_BYTES:
+        if held + size <= self.holder.cache_bytes:
             self.cache, self.holder.cached_bytes = (zs.clone(), ws, size, theta0), held + size
         return ws
 
@@ -220,16 +227,21 @@ def subspace_weights(model: nn.Module, include: Iterable[str] | None = None) -> 
     return chosen
 
 
-def install_subspace(model: nn.Module, k: int, include: Iterable[str] | None = None, seed: int = 0) -> dict[str, str]:
+def install_subspace(model: nn.Module, k: int, include: Iterable[str] | None = None, seed: int = 0,
+                     cache_bytes: int | None = None) -> dict[str, str]:
     """Make the chosen weights θ₀ + P·z with z ∈ ℝᵏ (zeros), the parameter ``model.hs_subspace_z``;
-    returns the ``es_map`` that evolves z alone. ``seed`` keys P (one key per parameter name)."""
+    returns the ``es_map`` that evolves z alone. ``seed`` keys P (one key per parameter name);
+    ``cache_bytes`` bounds the members' projected weights kept across calls (default :data:`CACHE_BYTES`)."""
+    cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
+    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+        raise ValueError(f"cache_bytes must be a whole number >= 0 (0: project on every call), got {cache_bytes!r}")
     if ATTR in model.__dict__:
         raise ValueError(f"{type(model).__name__} already has a subspace; merge_subspace it first")
     chosen = subspace_weights(model, include)
     first = chosen[0][0]._parameters[chosen[0][1]]
     z = nn.Parameter(torch.zeros(k, dtype=torch.float64 if first.dtype == torch.float64 else torch.float32,
                                  device=first.device))
-    holder = Subspace(z, seed)
+    holder = Subspace(z, seed, cache_bytes)
     by_module: dict[nn.Module, dict[str, Fastfood]] = {}
     for mod, attr, name in chosen:
         p = mod._parameters[attr]
@@ -253,9 +265,8 @@ def merge_subspace(model: nn.Module) -> nn.Module:
         if not isinstance(fwd, SubspaceForward) or fwd.holder is not holder:
             continue
         own = mod._parameters
-        factors = {a: f.factors(own[a].device) for a, f in fwd.projected.items()}
         with torch.no_grad():
-            for attr, value in fwd.weights(holder.z.detach()[None], factors).items():
+            for attr, value in fwd.weights(holder.z.detach()[None], fwd.factors()).items():
                 own[attr].copy_(value)
                 own[attr].requires_grad_(fwd.requires[attr])
         del mod.forward

@@ -89,6 +89,10 @@ class FinetuneOptions:
     subspace: int = option(0, "evolve a fixed random K-dimensional subspace of the block matrices, θ₀ + P·z "
                               "(P a seeded Fastfood projection, never stored; 0: off); the export merges it",
                            metavar="K")
+    subspace_cache_mib: int = option(512, "with --subspace: MiB of members' projected weights kept across a "
+                                          "generation's tokens; past it each token projects again (slow on a "
+                                          "large model). Size it to --chunk members × the model's matrices",
+                                     metavar="MIB")
     adapters: int = option(0, "evolve LoRA-style adapters of this rank on the block matrices (B starts at zero, "
                               "so the model starts unchanged; 0: off); the export merges them", metavar="RANK")
 
@@ -124,7 +128,7 @@ class FinetuneOptions:
 
     def _check_selection(self) -> None:
         """--subspace, --adapters and --evolve each choose what evolves: one at a time."""
-        for name in ("subspace", "adapters"):
+        for name in ("subspace", "adapters", "subspace_cache_mib"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be a whole number >= 0 (0: off), got {v!r}")
@@ -241,7 +245,7 @@ class FinetuneTask(AbstractTask):
         o = self.options
         evolve = [p.strip() for p in o.evolve.split(",") if p.strip()]
         return {"es_map": llm.what_evolves(model, subspace=o.subspace, adapters=o.adapters, evolve=evolve,
-                                           seed=self.seed)}
+                                           seed=self.seed, subspace_cache_bytes=o.subspace_cache_mib * 2 ** 20)}
 
     # -- fitness ----------------------------------------------------------------------------
     def step_prompts(self, step: int) -> list[str]:
