@@ -64,7 +64,8 @@ def _call(argv: list[str], timeout: float, threads: int) -> tuple[int | None, st
 
 
 # ES settings handed to train llm as they are (llm_tuning.SETTING_KEYS checks them): what evolves and the protocol
-PASSED_AS_FLAGS = ("subspace", "adapters", "train_problems", "evolve", "shaping", "group_fitness", "preset")
+PASSED_AS_FLAGS = ("subspace", "adapters", "train_problems", "evolve", "shaping", "group_fitness", "preset",
+                   "strategy", "chunk", "subspace_cache_mib", "noise_cache_mib")
 
 
 def es_invocation(model: str, seed: int, budget: float, out_dir: Path, c: dict, tuned: dict | None = None) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import statistics
 from typing import Callable
 
+from hyperscalees.strategies import STRATEGIES
 from hyperscalees.strategies.rules.optimizers import OPTIMIZERS
 from hyperscalees.strategies.shaping import GROUP_FITNESS, SHAPINGS
 from hyperscalees.tasks.llm_presets import LLM_PRESETS
@@ -61,7 +62,10 @@ SETTING_KEYS = {
            "evolve": ("'norms' or glob patterns", lambda v: isinstance(v, str) and v.strip() != ""),
            "shaping": (f"one of {', '.join(sorted(SHAPINGS))}", lambda v: v in SHAPINGS),
            "group_fitness": (f"one of {', '.join(GROUP_FITNESS)}", lambda v: v in GROUP_FITNESS),
-           "preset": (f"one of {', '.join(LLM_PRESETS)}", lambda v: v in LLM_PRESETS)},
+           "preset": (f"one of {', '.join(LLM_PRESETS)}", lambda v: v in LLM_PRESETS),
+           # how a step is computed, not what it computes: the noise's kind, members per forward, caches
+           "strategy": (f"one of {', '.join(STRATEGIES)}", lambda v: v in STRATEGIES),
+           "chunk": _PAIRS, "subspace_cache_mib": _COUNT, "noise_cache_mib": _COUNT},
     "grpo": {"learning_rate": _POSITIVE, "generations": _GROUP, "prompts": _COUNT},
 }
 PROTOCOL = ("each method's grid (same size) trained on tuning seeds {seeds} for {budget:g} s per setting and seed, "

@@ -261,5 +261,14 @@ def test_the_anchors_protocol_and_small_sets_reach_train_llm_as_flags(tmp_path):
     assert pairs["--group-fitness"] == "mean" and pairs["--prompts"] == "64" and pairs["--population"] == "30"
     with pytest.raises(ValueError, match="subspace"):
         check_settings("es", {"subspace": 0})
+    tuned = check_settings("es", {"preset": "qiu", "strategy": "eggroll", "chunk": 30, "subspace_cache_mib": 1024,
+                                  "noise_cache_mib": 7000})
+    argv = es_invocation("MODEL", 3, 10.0, tmp_path, c, tuned)
+    pairs = dict(zip(argv, argv[1:]))
+    assert (pairs["--preset"], pairs["--strategy"], pairs["--chunk"]) == ("qiu", "eggroll", "30")
+    assert (pairs["--subspace-cache-mib"], pairs["--noise-cache-mib"]) == ("1024", "7000")
+    for bad in ({"strategy": "cma"}, {"chunk": 3}, {"subspace_cache_mib": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            check_settings("es", bad)
     with pytest.raises(ValueError, match="optimizer"):
         check_settings("es", {"optimizer": "lion"})  # read from the optimizer registry, which has no lion
