@@ -52,7 +52,7 @@ from a source checkout; the runs themselves are in ``bench/llm_runs.py``:
     python bench/llm_vs_grpo.py [--quick] [--json] (--model DIR | --warm-start-minutes M [--warm-start-options JSON])
                                 [--seeds S ...]
                                 [--budget SECONDS] [--threads N] [--plot FILE] [--runs-dir DIR] [--out FILE]
-                                [--tune [--tuning-seeds S ...] | --settings JSON] [--side-by-side] [--eval-prompts N]
+                                [--tune [--tuning-seeds S ...] | --settings JSON] [--side-by-side] [--eval-prompts N] [--max-new-tokens N]
                                 [--device cpu|cuda]
 """
 from __future__ import annotations
@@ -342,7 +342,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
         runs_dir=None, model=None, warm_start_minutes=None, methods=None, tune: bool = False,
         tuning_seeds=None, task=None, task_options=None, warm_start_options=None,
         side_by_side: bool = False, eval_prompts=None, settings=None, grid=None, tune_only: bool = False,
-        tuning_budget=None, held_out: str = "test", snapshot_every=None, arms=None) -> Report:
+        tuning_budget=None, held_out: str = "test", snapshot_every=None, arms=None, max_new_tokens=None) -> Report:
     if device not in ("cpu", "cuda"):
         raise BenchSetupError(f"llm_vs_grpo runs on cpu or cuda, got --device {device!r}")
     if held_out not in HELD_OUT:
@@ -351,6 +351,10 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
          "snapshot_s": snapshot_every}
     if eval_prompts is not None:
         c = with_eval_prompts(c, eval_prompts)
+    if max_new_tokens is not None:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise BenchSetupError(f"--max-new-tokens must be a whole number >= 1, got {max_new_tokens!r}")
+        c = {**c, "max_new_tokens": max_new_tokens}  # both sides' training answers and every score's
     if warm_start_options is not None:
         if not warm_start_minutes:
             raise BenchSetupError("--warm-start-options needs --warm-start-minutes")
@@ -490,6 +494,9 @@ def flags(p) -> None:
     p.add_argument("--eval-prompts", type=int, default=None, metavar="N",
                    help="the held-out problems every score uses (test; validation with --tune; default 128). A "
                         "score over N problems has a standard error of up to 50/sqrt(N) points (4.4 at 128, 2.2 at 512)")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                   help="new tokens at most per answer, for both methods' training and every score (default 64: a "
+                        "two-step Countdown solution of the char Llama; a chat model's one-step answer needs fewer)")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
                    help="draw train reward vs wall clock of every method and seed to this PNG (needs matplotlib)")
     p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",

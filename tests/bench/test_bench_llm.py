@@ -204,3 +204,23 @@ def test_plot_draws_curves_and_held_out_accuracy(tmp_path):
                  "after": None}] for m, a in (("es", 0.3), ("grpo", 0.4))}  # a failed run has neither
     note = plot_curves(runs, tmp_path / "p.png", "t", before=0.35)
     assert note.startswith(f"plot: {tmp_path / 'p.png'}") and (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_max_new_tokens_is_one_number_for_both_sides_and_bad_ones_are_refused(tmp_path):
+    """A chat model's one-step answers need fewer tokens than the char Llama's default 64: the study's
+    --max-new-tokens reaches ES's and GRPO's command lines alike."""
+    import grpo_run
+    import llm_vs_grpo as bench_llm
+    from hyperscalees.benchmarks.base import BenchSetupError
+    from hyperscalees.cli.main import build_parser, parse
+    from study_cli import parser
+    p = parser("llm_vs_grpo.py", "")
+    bench_llm.flags(p)
+    assert vars(p.parse_args(["--max-new-tokens", "48"]))["max_new_tokens"] == 48
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(BenchSetupError, match=f"--max-new-tokens must be a whole number >= 1, got {bad!r}"):
+            bench_llm.run(methods=("es",), log=lambda *_: None, max_new_tokens=bad)
+    c = {**bench_llm.configs(quick=False), "max_new_tokens": 48}
+    es = vars(parse(build_parser(), llm_runs.es_invocation("m", 5, 60.0, tmp_path / "run", c)[2:]))
+    assert es["options.max_new_tokens"] == 48
+    assert grpo_run.parse(llm_runs.grpo_invocation("m", 5, 60.0, c, 1)[2:]).max_new_tokens == 48
