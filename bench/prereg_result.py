@@ -1,7 +1,8 @@
 """One pre-registered ES-against-GRPO comparison's result file, from the runs' own records (issue 40).
 
     python bench/prereg_result.py --name sparse --reported RUNS.txt [RUNS2.txt ...] [--tuning TUNING.txt]
-                                  [--start-check CHECK.json] [--out bench/results/cpu/llm_prereg_sparse.json]
+                                  [--start-check CHECK.json] [--signal SIGNAL.txt ...]
+                                  [--out bench/results/cpu/llm_prereg_sparse.json]
                                   [--plot FILE.png]
 
 ``--reported`` and ``--tuning`` are files ``bench/llm_vs_grpo.py --json --out FILE`` wrote (their last
@@ -108,7 +109,30 @@ def es_arms(reported: dict, medians: dict) -> tuple[dict, dict]:
     return by_arm, by_k
 
 
-def build(name: str, reported: dict, tuning: dict | None = None, start_check=None, prereg: Path | None = None) -> dict:
+SIGNAL_KEYS = ("es_b_simple", "es_b_simple_lo", "es_b_simple_hi", "es_b_simple_at_least", "es_b_simple_floor",
+               "es_b_simple_over_floor", "es_b_crit")
+
+
+def signal_by_k(signals: list[dict]) -> dict[str, dict]:
+    """``{k: {...}}`` from ``bench/llm_signal.py --json`` reports of one subspace each (a registration's
+    signal step): ES's B_simple with its interval and dimension floor, and the critical-batch runs' steps to
+    the gain per population (None: not reached in their step cap). Nothing is recomputed."""
+    out = {}
+    for rep in signals:
+        k = rep.get("subspace")
+        if not k:
+            raise ValueError("a --signal file measured no subspace (llm_signal's es setting 'subspace')")
+        if str(k) in out:
+            raise ValueError(f"two --signal files measured k = {k}")
+        crit = rep.get("critical") or {}
+        out[str(k)] = {**{key.removeprefix("es_"): rep.get(key) for key in SIGNAL_KEYS},
+                       "critical_steps": {str(r["population"]): r.get("steps") for r in crit.get("rows", [])},
+                       "critical_settings": crit.get("settings"), "rows": rep.get("rows")}
+    return out
+
+
+def build(name: str, reported: dict, tuning: dict | None = None, start_check=None, prereg: Path | None = None,
+          signals: list[dict] | None = None) -> dict:
     if not reported.get("runs"):
         raise ValueError("the reported file holds no runs (was it the --tune-only one?)")
     missing = [f"{m} seed {r['seed']}" for m, rs in reported["runs"].items() for r in rs
@@ -144,6 +168,8 @@ def build(name: str, reported: dict, tuning: dict | None = None, start_check=Non
         out["tuning"] = tuning.get("tuning")
     if start_check is not None:
         out["start_check"] = start_check
+    if signals:
+        out["signal_by_k"] = signal_by_k(signals)
     return out
 
 
@@ -178,12 +204,15 @@ def main(argv=None) -> int:
                    help="llm_vs_grpo --json --out files of the reported seeds (several: merged)")
     p.add_argument("--tuning", type=Path, default=None, help="llm_vs_grpo --tune --tune-only --json --out file")
     p.add_argument("--start-check", type=Path, default=None, help="a JSON file: the start check's numbers")
+    p.add_argument("--signal", type=Path, nargs="+", default=None,
+                   help="bench/llm_signal.py --json --out files, one per subspace size (the signal step)")
     p.add_argument("--out", type=Path, default=None, help="default: bench/results/cpu/llm_prereg_NAME.json")
     p.add_argument("--plot", type=Path, default=None, help="default: the --out file with .png")
     a = p.parse_args(argv)
     try:
         result = build(a.name, merge([last_json(f) for f in a.reported]), last_json(a.tuning) if a.tuning else None,
-                       json.loads(a.start_check.read_text()) if a.start_check else None)
+                       json.loads(a.start_check.read_text()) if a.start_check else None,
+                       signals=[last_json(f) for f in a.signal or ()])
     except (OSError, ValueError, KeyError) as e:
         print(f"prereg_result: {e}", file=sys.stderr)
         return 2

@@ -87,3 +87,33 @@ def test_a_studys_last_json_object_line_is_what_is_read_back():
     import study_cli
     assert study_cli.last_json('table\n{"a": 1}\n[1, 2]\nnot json\n') == {"a": 1}  # a list line is skipped
     assert study_cli.last_json("") is None and study_cli.last_json(None) is None
+
+
+def signal(k, b, steps):
+    return {"bench": "llm-signal", "subspace": k, "es_b_simple": b, "es_b_simple_lo": b / 2, "es_b_simple_hi": None,
+            "es_b_simple_at_least": b / 3, "es_b_simple_floor": 8 * (k - 1), "es_b_simple_over_floor": b / (8 * (k - 1)),
+            "es_b_crit": None, "rows": [{"method": "es", "b_simple": b}],
+            "critical": {"settings": {"gain": 0.02}, "rows": [{"population": p, "steps": s} for p, s in steps.items()]}}
+
+
+def test_the_signal_step_is_kept_per_subspace_size_as_measured(tmp_path):
+    merged = prereg_result.merge([{**reported(), "runs": {**k_arm("es", 1024, (0.3, 0.32, 0.31)),
+                                                          "grpo": reported()["runs"]["grpo"]}}])
+    r = prereg_result.build("mechanism", merged, signals=[signal(256, 2.3e5, {8: 300.0, 32: None}),
+                                                          signal(1024, 4e5, {8: None})])
+    assert set(r["signal_by_k"]) == {"256", "1024"}
+    s = r["signal_by_k"]["256"]
+    assert s["b_simple"] == 2.3e5 and s["b_simple_floor"] == 2040 and s["b_simple_hi"] is None
+    assert s["critical_steps"] == {"8": 300.0, "32": None} and s["critical_settings"] == {"gain": 0.02}
+    with pytest.raises(ValueError, match="two --signal files measured k = 256"):
+        prereg_result.build("mechanism", merged, signals=[signal(256, 1.0, {}), signal(256, 2.0, {})])
+    with pytest.raises(ValueError, match="measured no subspace"):
+        prereg_result.build("mechanism", merged, signals=[{**signal(256, 1.0, {}), "subspace": None}])
+    assert "signal_by_k" not in prereg_result.build("mechanism", merged)
+    f = tmp_path / "s.txt"
+    f.write_text("table\n" + json.dumps(signal(4096, 1e6, {8: None})) + "\n")
+    rep = tmp_path / "r.txt"
+    rep.write_text(json.dumps(merged) + "\n")
+    out = tmp_path / "m.json"
+    assert prereg_result.main(["--name", "mechanism", "--reported", str(rep), "--signal", str(f), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["signal_by_k"]["4096"]["b_simple"] == 1e6
