@@ -28,6 +28,7 @@ import hyperscalees
 from hyperscalees.benchmarks.base import BenchSetupError
 from hyperscalees.benchmarks.training_curves import json_object as _json_object  # re-used by the studies
 from llm_tuning import GRIDS, tune
+from run_store import RunStore
 from study_cli import last_json
 
 HERE = Path(__file__).resolve().parent  # bench/: the runners' scripts
@@ -291,32 +292,53 @@ def validation_accuracy(model: str, c: dict) -> dict:
 
 
 def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: int, c: dict, quick: bool,
-             log, side_by_side: bool = False, grids: dict | None = None) -> dict:
+             log, side_by_side: bool = False, grids: dict | None = None, store=None, key_of=None) -> dict:
     """:func:`tune` over real runs (``sides[method]``: :func:`run_es` / :func:`run_grpo`): every setting
     trained on every tuning seed, scored by :func:`validation_accuracy`; ``quick``: two settings each.
     ``side_by_side``: each method's i-th setting runs beside the others' i-th on the same seed, started
     together (:func:`concurrently`), before :func:`tune` reads the scores. ``grids``: each method's grid
-    instead of ``llm_tuning.GRIDS`` (``--grid``: a pre-registration's own)."""
+    instead of ``llm_tuning.GRIDS`` (``--grid``: a pre-registration's own). ``store``
+    (:class:`run_store.RunStore`) with ``key_of(method, seed, settings)``: each finished cell (each
+    finished pair, side by side) is saved as ``tuning/METHOD_seedS_settingI`` and read back instead of
+    trained when the study runs again (a study spanning sessions)."""
     grids = {m: (grids or GRIDS)[m][:2] if quick else (grids or GRIDS)[m] for m in methods}
     log(f"llm_vs_grpo: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
         f"{len(seeds)} seeds x {budget:g} s" + (", side by side" if side_by_side else ""))
 
-    def validated(m, seed, settings):
+    store = store or RunStore(None)
+    key_of = key_of or (lambda m, seed, settings: {})
+    name = lambda m, seed, i: f"tuning/{m}_seed{seed}_setting{i}"  # noqa: E731
+
+    def trained(m, seed, settings):
         rec = sides[m](model, seed, budget, threads, c, settings, validate=True)
         if stopped_early(rec):
             log(f"llm_vs_grpo: tuning {settings}: {stopped_early(rec)}")
+        return rec
+
+    def score(rec):
         return rec["validation"]["accuracy"] if rec["status"] == "ok" else None
 
-    train = validated
-    if side_by_side:  # every cell run first, pairs together; tune() then reads the scores
-        scores = {}  # (method, seed, setting index) -> validation accuracy
-        for i in range(max(map(len, grids.values()))):
-            for seed in seeds:
-                cell = [m for m in methods if i < len(grids[m])]
-                done = concurrently([lambda m=m: validated(m, seed, dict(grids[m][i])) for m in cell])
-                scores.update({(m, seed, i): score for m, score in zip(cell, done)})
-        # tune() passes a copy of the grid's entry: its index finds the cell
-        train = lambda m, seed, settings: scores[(m, seed, grids[m].index(settings))]  # noqa: E731
+    records = {}  # (method, seed, setting index) -> the run's record, saved or just trained
+    for i in range(max(map(len, grids.values()))):
+        for seed in seeds:
+            cell = [m for m in methods if i < len(grids[m])]
+            keys = {m: key_of(m, seed, dict(grids[m][i])) for m in cell}
+            saved = {m: store.load(name(m, seed, i), keys[m]) for m in cell}
+            if all(r is not None for r in saved.values()):
+                log(f"llm_vs_grpo: tuning {cell} setting {i} seed {seed}: read back from {store.folder}")
+                records.update({(m, seed, i): saved[m] for m in cell})
+                continue
+            # side by side a pair runs together (and again whole), else one cell at a time, each kept when done
+            for group in ([cell] if side_by_side else [[m] for m in cell]):
+                if not side_by_side and saved[group[0]] is not None:
+                    records[(group[0], seed, i)] = saved[group[0]]
+                    continue
+                done = concurrently([lambda m=m: trained(m, seed, dict(grids[m][i])) for m in group])
+                for m, rec in zip(group, done):
+                    store.save(name(m, seed, i), keys[m], rec)
+                    records[(m, seed, i)] = rec
+    # tune() passes a copy of the grid's entry: its index finds the cell
+    train = lambda m, seed, settings: score(records[(m, seed, grids[m].index(settings))])  # noqa: E731
     tuning = tune(grids, seeds, train, log=log)
     log(f"llm_vs_grpo: chosen {({m: t['chosen'] for m, t in tuning.items()})}")
     return tuning

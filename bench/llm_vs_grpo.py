@@ -28,7 +28,9 @@ score and the choice go into the JSON (``tuning``).
 Reported per method and seed: held-out accuracy before and after, formatted share, steps,
 training seconds, generations per second (completions of the step's prompts per training
 second), and per method the median and range over seeds. ``--plot FILE`` draws the mean train
-reward per step against training wall clock; ``--runs-dir DIR`` keeps every run's JSON.
+reward per step against training wall clock; ``--runs-dir DIR`` keeps every run's JSON as it ends, and
+the same command again with the same DIR reads the finished runs back (``run_store.py``): a study longer
+than a working session resumes where it was cut.
 
 ``--settings JSON`` runs given settings instead of either side's defaults, with no tuning:
 ``{"es": {"lr": 1e-4, "sigma": 1e-2, "optimizer": "sgd"}, "grpo": {"learning_rate": 3e-4}}`` (the
@@ -71,6 +73,7 @@ from hyperscalees.benchmarks.base import BenchSetupError, Report, environment
 from hyperscalees.engine.plotting import pyplot, save_figure
 from llm_runs import (_json_object, before_accuracy, check_side_by_side, concurrently, run_es, run_grid, run_grpo,
                       stopped_early, with_task)
+from run_store import RunStore
 from warm_start import warm_start
 
 QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, EGGROLL) vs GRPO (TRL), one evaluator, "
@@ -399,13 +402,29 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
             if not quick:
                 raise BenchSetupError("give --model DIR (a local model folder) or --warm-start-minutes M")
             model = _quick_model(Path(tmp) / "quick_model")
-        before = before_accuracy(model, c)
+        # a warm-started model is trained again on every call: nothing saved before describes it
+        store = RunStore(runs_dir if runs_dir is not None and not warm_start_minutes else None)
+        scoring = {k: v for k, v in c.items() if k not in ("seeds", "budget")}  # every setting a run or score reads
+        method_of = {m: arms[m][0] if arms else m for m in methods}
+
+        def key_of(m: str, seed: int, settings: dict | None, run_budget: float, validate: bool) -> dict:
+            return {"arm": m, "method": method_of[m], "seed": seed, "budget_s": run_budget, "settings": settings or {},
+                    "model": str(model), "threads": threads, "side_by_side": side_by_side, "validate": validate,
+                    "config": scoring}
+
+        before_key = {"model": str(model), "config": scoring}
+        before = store.load("before", before_key)
+        if before is None:
+            before = before_accuracy(model, c)
+            store.save("before", before_key, before)
         log(f"llm_vs_grpo: {model}: held-out accuracy before {before['accuracy']:.3f}")
         sides = {"es": run_es, "grpo": run_grpo}
         sides |= {name: sides[m] for name, (m, _) in (arms or {}).items()}
         tuning_budget = float(tuning_budget or budget)
         tuning = (run_grid(sides, model, methods, tuning_seeds, tuning_budget, threads, c, quick, log,
-                           side_by_side=side_by_side, grids=grids) if tune else None)
+                           side_by_side=side_by_side, grids=grids, store=store,
+                           key_of=lambda m, seed, settings: key_of(m, seed, settings, tuning_budget, True))
+                  if tune else None)
         chosen = {m: tuning[m]["chosen"] if tuning else arms[m][1] if arms else (given or {}).get(m) for m in methods}
         runs = {m: [] for m in methods}
 
@@ -416,23 +435,27 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, budget=
             return {**sides[m](model, seed, budget, threads, c, chosen[m]), "arm": m, "load_before": load,
                     "wall_s": round(time.perf_counter() - t, 1), "side_by_side": side_by_side}
 
-        def keep(m: str, seed: int, rec: dict) -> None:  # saved as soon as it ends: a crash loses no finished run
+        def keep(m: str, seed: int, rec: dict, fresh: bool = True) -> None:
+            """Saved as soon as it ends (a pair, once both end): a crash loses no finished run."""
             runs[m].append(rec)
-            if runs_dir is not None:
-                path = Path(runs_dir) / f"{m}_seed{seed}.json"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps({"load_after": list(os.getloadavg()), **rec}) + "\n")
+            if fresh:
+                store.save(f"{m}_seed{seed}", key_of(m, seed, chosen[m], budget, False),
+                           {"load_after": list(os.getloadavg()), **rec})
             a = rec.get("after")
-            log(f"    {m} seed {seed}: {rec['status']}; accuracy {before['accuracy']:.3f} -> "
-                + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
+            log(f"    {m} seed {seed}: {rec['status']}{'' if fresh else ' (read back)'}; accuracy "
+                f"{before['accuracy']:.3f} -> " + (f"{a['accuracy']:.3f} in {rec.get('steps')} steps" if a else "n/a"))
 
         for i, seed in enumerate(() if tune_only else seeds):
             order = methods[i % len(methods):] + methods[:i % len(methods)]  # rotate who goes first
-            if side_by_side:
+            saved = {m: store.load(f"{m}_seed{seed}", key_of(m, seed, chosen[m], budget, False)) for m in order}
+            if side_by_side and any(r is None for r in saved.values()):  # a pair runs again whole
                 for m, rec in zip(order, concurrently([lambda m=m: one_run(m, seed) for m in order])):
                     keep(m, seed, rec)
-            else:
-                for m in order:
+                continue
+            for m in order:
+                if saved[m] is not None:
+                    keep(m, seed, saved[m], fresh=False)
+                else:
                     keep(m, seed, one_run(m, seed))
     notes = ([plot_curves(runs, plot, f"{c['task']} {json.dumps(c['task_options'])}", before["accuracy"])]
              if plot else [])
@@ -500,7 +523,10 @@ def flags(p) -> None:
     p.add_argument("--plot", type=Path, default=None, metavar="FILE",
                    help="draw train reward vs wall clock of every method and seed to this PNG (needs matplotlib)")
     p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
-                   help="save every run's record (curve, times, status, load) as DIR/METHOD_seedS.json")
+                   help="save every run's record (curve, times, status, load) as DIR/METHOD_seedS.json (tuning "
+                        "runs under DIR/tuning/) as it ends; the same command again with the same DIR reads finished "
+                        "runs back instead of training them again (a study spanning sessions; a side-by-side pair "
+                        "cut short runs again whole)")
 
 
 def main(argv=None) -> int:

@@ -151,3 +151,46 @@ def test_a_run_that_stops_before_its_budget_is_named():
         {**grpo, "after": {"accuracy": 0.2, "formatted": 1.0, "reward": 0.3}, "steps": 1000}]}, 600.0, 1,
         bench_llm.configs(quick=True))
     assert any("stopped by max_steps" in n for n in rep.notes)
+
+
+def test_a_study_run_again_on_its_runs_dir_reads_back_every_finished_run(fake_runs, capsys, tmp_path, monkeypatch):
+    """A study longer than a session: the same command on the same --runs-dir trains nothing it finished."""
+    monkeypatch.setattr(bench_llm.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(llm_runs.os, "cpu_count", lambda: 2)
+    argv = ["--model", "m", "--tune", "--tuning-seeds", "1", "--tuning-budget", "6", "--budget", "20", "--seeds",
+            "401", "402", "--grid", json.dumps(GRID), "--side-by-side", "--runs-dir", str(tmp_path), "--json"]
+    assert bench_llm.main(argv) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(fake_runs) == 4 + 4  # 2 tuning pairs, 2 reported pairs
+    assert sorted(p.name for p in (tmp_path / "tuning").iterdir()) == [
+        f"{m}_seed1_setting{i}.json" for m in ("es", "grpo") for i in (0, 1)]
+    (tmp_path / "es_seed402.json").unlink()  # as if the session ended during seed 402's pair
+    fake_runs.clear()
+    assert bench_llm.main(argv) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert sorted((c.method, c.seed) for c in fake_runs) == [("es", 402), ("grpo", 402)]  # the pair, whole
+    assert again["tuning"] == first["tuning"] and again["acc_after_median"] == first["acc_after_median"]
+    fake_runs.clear()
+    assert bench_llm.main(argv) == 0 and fake_runs == []  # all finished: nothing runs
+
+
+def test_a_runs_dir_holding_another_studys_run_is_refused_not_overwritten(fake_runs, tmp_path):
+    bench_llm.run(model="m", seeds=(401,), budget=20, runs_dir=tmp_path, log=lambda *_: None)
+    saved = (tmp_path / "es_seed401.json").read_text()
+    with pytest.raises(BenchSetupError, match="holds a different run.*--runs-dir of its own"):
+        bench_llm.run(model="m", seeds=(401,), budget=30, runs_dir=tmp_path, log=lambda *_: None)
+    assert (tmp_path / "es_seed401.json").read_text() == saved
+    (tmp_path / "es_seed401.json").write_text("{torn")
+    with pytest.raises(BenchSetupError, match="es_seed401.json: not a run record"):
+        bench_llm.run(model="m", seeds=(401,), budget=20, runs_dir=tmp_path, log=lambda *_: None)
+
+
+def test_the_model_before_training_is_scored_once_per_runs_dir(fake_runs, tmp_path, monkeypatch):
+    scored = []
+    monkeypatch.setattr(bench_llm, "before_accuracy", lambda model, c: scored.append(model) or {
+        "accuracy": 0.25, "formatted": 1.0, "reward": 0.2, "problems": 7})
+    for _ in range(2):
+        bench_llm.run(model="m", seeds=(401,), budget=20, runs_dir=tmp_path, log=lambda *_: None)
+    assert scored == ["m"]
+    bench_llm.run(model="m", seeds=(401,), budget=20, log=lambda *_: None)  # no --runs-dir: nothing kept
+    assert scored == ["m", "m"]
