@@ -1,7 +1,7 @@
 """One pre-registered ES-against-GRPO comparison's result file, from the runs' own records (issue 40).
 
     python bench/prereg_result.py --name sparse --reported RUNS.txt [RUNS2.txt ...] [--tuning TUNING.txt]
-                                  [--start-check CHECK.json] [--signal SIGNAL.txt ...]
+                                  [--start-check CHECK.json] [--signal SIGNAL.txt ...] [--headline ARM]
                                   [--out bench/results/cpu/llm_prereg_sparse.json]
                                   [--plot FILE.png]
 
@@ -131,8 +131,23 @@ def signal_by_k(signals: list[dict]) -> dict[str, dict]:
     return out
 
 
+def headline_median(medians: dict, by_arm: dict, headline: str | None) -> tuple[str | None, float | None]:
+    """(the arm, its median) the decision rule reads as ES's: the arm named ``es`` or, where the
+    registration names the ES arm it chose on tuning (the anchors' amendment 1), ``headline``; an
+    ES arm's, never GRPO's."""
+    if headline is None:
+        if "es" not in medians and len(by_arm) > 1:
+            raise ValueError(f"several ES arms ({', '.join(sorted(by_arm))}) and none named es: name the one the "
+                             "registration's rule reads with --headline ARM")
+        arm = "es" if "es" in medians or not by_arm else next(iter(by_arm))
+        return arm, medians.get(arm)
+    if headline not in by_arm:
+        raise ValueError(f"--headline {headline!r} is not an ES arm with runs; the ES arms: {sorted(by_arm)}")
+    return headline, by_arm[headline]
+
+
 def build(name: str, reported: dict, tuning: dict | None = None, start_check=None, prereg: Path | None = None,
-          signals: list[dict] | None = None) -> dict:
+          signals: list[dict] | None = None, headline: str | None = None) -> dict:
     if not reported.get("runs"):
         raise ValueError("the reported file holds no runs (was it the --tune-only one?)")
     missing = [f"{m} seed {r['seed']}" for m, rs in reported["runs"].items() for r in rs
@@ -144,7 +159,9 @@ def build(name: str, reported: dict, tuning: dict | None = None, start_check=Non
                 for m, rs in reported["runs"].items()}
     med = {m: statistics.median(v.values()) if v else None for m, v in per_seed.items()}
     prereg = prereg or HERE / "prereg" / f"llm_prereg_{name}.md"
-    out = {"name": name, "es_median": med.get("es"), "grpo_median": med.get("grpo"), "start": start,
+    by_arm, by_k = es_arms(reported, med)
+    es_arm, es_median = headline_median(med, by_arm, headline)
+    out = {"name": name, "es_median": es_median, "es_arm": es_arm, "grpo_median": med.get("grpo"), "start": start,
            "seeds": sorted({r["seed"] for rs in reported["runs"].values() for r in rs}),
            "held_out_problems": reported["before"].get("problems"), "budget_s": reported["budget_s"],
            "curve": curves(reported, start), "accuracy_by_seed": per_seed,
@@ -153,13 +170,12 @@ def build(name: str, reported: dict, tuning: dict | None = None, start_check=Non
            "steps_by_seed": {m: {str(r["seed"]): r.get("steps") for r in rs} for m, rs in reported["runs"].items()},
            "failed": [f"{m} seed {r['seed']}: {r['status']}" for m, rs in reported["runs"].items() for r in rs
                       if r["status"] != "ok"],
-           "rule": RULE, "es_wins": (med.get("es") is not None and med.get("grpo") is not None
-                                     and med["es"] >= med["grpo"]),
+           "rule": RULE, "es_wins": (es_median is not None and med.get("grpo") is not None
+                                     and es_median >= med["grpo"]),
            "start_metrics": reported["before"], "task": reported["task"], "task_options": reported["task_options"],
            "settings": reported.get("tuned"), "prereg": str(prereg.relative_to(HERE.parent)) if prereg.is_relative_to(
                HERE.parent) else str(prereg), "registered_in": registered_in(prereg),
            "prediction": prediction(prereg), "environment": reported.get("environment")}
-    by_arm, by_k = es_arms(reported, med)
     if len(by_arm) > 1:
         out["es_median_by_arm"] = by_arm
     if by_k:
@@ -182,6 +198,8 @@ def plot(result: dict, path: Path) -> str:
     colors |= {arm: f"C{i}" for i, arm in enumerate((a for a in result["curve"] if a not in colors), 2)}
     medians = {**{m: result[f"{m}_median"] for m in ("es", "grpo") if result.get(f"{m}_median") is not None},
                **result.get("es_median_by_arm", {})}
+    if result.get("es_arm") and result.get("es_median") is not None:
+        medians[result["es_arm"]] = result["es_median"]
     for method, seeds in result["curve"].items():
         for i, (seed, pts) in enumerate(sorted(seeds.items())):
             ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", color=colors.get(method), alpha=0.7, ms=3,
@@ -206,13 +224,16 @@ def main(argv=None) -> int:
     p.add_argument("--start-check", type=Path, default=None, help="a JSON file: the start check's numbers")
     p.add_argument("--signal", type=Path, nargs="+", default=None,
                    help="bench/llm_signal.py --json --out files, one per subspace size (the signal step)")
+    p.add_argument("--headline", default=None, metavar="ARM",
+                   help="the ES arm the decision rule reads (es_median), where the registration chose it among "
+                        "several on the tuning seed (default: the arm named es)")
     p.add_argument("--out", type=Path, default=None, help="default: bench/results/cpu/llm_prereg_NAME.json")
     p.add_argument("--plot", type=Path, default=None, help="default: the --out file with .png")
     a = p.parse_args(argv)
     try:
         result = build(a.name, merge([last_json(f) for f in a.reported]), last_json(a.tuning) if a.tuning else None,
                        json.loads(a.start_check.read_text()) if a.start_check else None,
-                       signals=[last_json(f) for f in a.signal or ()])
+                       signals=[last_json(f) for f in a.signal or ()], headline=a.headline)
     except (OSError, ValueError, KeyError) as e:
         print(f"prereg_result: {e}", file=sys.stderr)
         return 2

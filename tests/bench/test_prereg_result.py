@@ -117,3 +117,21 @@ def test_the_signal_step_is_kept_per_subspace_size_as_measured(tmp_path):
     out = tmp_path / "m.json"
     assert prereg_result.main(["--name", "mechanism", "--reported", str(rep), "--signal", str(f), "--out", str(out)]) == 0
     assert json.loads(out.read_text())["signal_by_k"]["4096"]["b_simple"] == 1e6
+
+
+def test_the_rule_reads_the_es_arm_the_registration_chose_on_tuning(tmp_path):
+    """The anchors' amendment 1: two ES arms, the headline the one that scored higher on the tuning seed."""
+    runs = {**k_arm("es_full", None, (0.30, 0.31, 0.29)), **k_arm("es_sub", 4096, (0.27, 0.26, 0.28)),
+            "grpo": [run("grpo", s, a) for s, a in zip((201, 202, 203), (0.28, 0.30, 0.29))]}
+    rep = {**reported(), "runs": runs}
+    with pytest.raises(ValueError, match="several ES arms.*--headline ARM"):
+        prereg_result.build("anchors", rep)
+    with pytest.raises(ValueError, match="--headline 'grpo' is not an ES arm"):
+        prereg_result.build("anchors", rep, headline="grpo")
+    full = prereg_result.build("anchors", rep, headline="es_full")
+    assert (full["es_arm"], full["es_median"], full["grpo_median"], full["es_wins"]) == ("es_full", 0.30, 0.29, True)
+    sub = prereg_result.build("anchors", rep, headline="es_sub")
+    assert (sub["es_median"], sub["es_wins"]) == (0.27, False)
+    assert sub["es_median_by_arm"] == {"es_full": 0.30, "es_sub": 0.27}
+    prereg_result.plot(sub, tmp_path / "a.png")
+    assert (tmp_path / "a.png").stat().st_size > 1000
