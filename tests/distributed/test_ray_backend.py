@@ -377,6 +377,18 @@ def readme_block(heading: str) -> str:
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
+def test_workers_that_find_no_cpu_fail_with_what_ray_sees(ray_cluster, tmp_path, no_plot):
+    """Three workers asked of the 2-CPU cluster: the start gives up after its timeout and says how many came
+    up and what Ray sees (nodes alive, CPUs free), not only what it asked for."""
+    def backend(recipe, chunk):
+        return RayBackend(recipe, RayConfig(workers=3, startup_timeout=5.0), chunk=chunk)
+
+    cfg = make_config("xor", es={"seed": 7}, engine={"steps": 1, "chunk": 128, "out": str(tmp_path / "ray")})
+    with pytest.raises(RuntimeError, match=r"3 workers did not start within 5 s: does the cluster have 1 CPU\(s\) "
+                                           r"and 0 GPU\(s\) free for each\? [0-2] up \(Ray sees 1 node\(s\) alive; free: "):
+        run(cfg, backend)
+
+
 def test_readme_own_loop_on_ray_is_bit_identical_to_local(ray_cluster):
     """The README's "Your own loop on Ray" runs as written: a fitness of the user's own, 10 steps on
     LocalBackend and on 2 Ray workers, identical weights (the block asserts it; so does this test)."""

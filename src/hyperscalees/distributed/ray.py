@@ -61,6 +61,17 @@ def _ready_on_node(replica) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
+def cluster_view(ray) -> str:
+    """What Ray sees now (nodes alive, resources free), for an error that says the workers did not start:
+    the difference between a cluster too small and one still counting a dead node."""
+    try:
+        alive = sum(1 for n in ray.nodes() if n.get("Alive"))
+        free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+    except Exception as e:  # noqa: BLE001 - a view for a message; the message must still be raised
+        return f"(Ray's view unavailable: {first_line(e)})"
+    return f"(Ray sees {alive} node(s) alive; free: {free or 'nothing'})"
+
+
 class RayBackend(AbstractBackend):
     """Chunks pulled by Ray worker actors, each a :class:`Replica` built from the recipe;
     bit-identical to :class:`~.local.LocalBackend`.
@@ -131,7 +142,8 @@ class RayBackend(AbstractBackend):
             if left <= 0 or not self.starting:
                 raise RuntimeError(f"{self.config.workers} workers did not start within {self.config.startup_timeout:g}"
                                    f" s: does the cluster have {self.config.cpus_per_worker:g} CPU(s) and "
-                                   f"{self.config.gpus_per_worker:g} GPU(s) free for each?")
+                                   f"{self.config.gpus_per_worker:g} GPU(s) free for each? {len(self.ready)} up "
+                                   f"{cluster_view(ray)}")
             self._poll_starting(timeout=left, fatal=True)
 
     def _state_ref(self):
