@@ -41,7 +41,7 @@ from .base import AbstractBackend
 from .coordinator import ChunkQueue, ChunkTimes, Counters, split
 from .recipe import check_distributable, fitness_state
 from .replica import Replica, ReplicaDrift, coordinator_state, state_hash
-from .ray_session import RayConfig, first_line, import_ray, start_ray, stop_ray  # noqa: F401 (stop_ray: re-exported)
+from .ray_session import RayConfig, cluster_view, first_line, import_ray, start_ray, stop_ray  # noqa: F401 (stop_ray: re-exported)
 from . import wire
 
 log = logging.getLogger("hyperscalees.distributed")
@@ -59,17 +59,6 @@ def _ready_on_node(replica) -> str:
     import ray
     replica.ready()
     return ray.get_runtime_context().get_node_id()
-
-
-def cluster_view(ray) -> str:
-    """What Ray sees now (nodes alive, resources free), for an error that says the workers did not start:
-    the difference between a cluster too small and one still counting a dead node."""
-    try:
-        alive = sum(1 for n in ray.nodes() if n.get("Alive"))
-        free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
-    except Exception as e:  # noqa: BLE001 - a view for a message; the message must still be raised
-        return f"(Ray's view unavailable: {first_line(e)})"
-    return f"(Ray sees {alive} node(s) alive; free: {free or 'nothing'})"
 
 
 class RayBackend(AbstractBackend):

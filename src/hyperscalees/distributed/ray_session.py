@@ -202,6 +202,17 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(e).__name__
 
 
+def cluster_view(ray) -> str:
+    """What Ray sees now (nodes alive, resources free), for an error that says the workers did not start:
+    the difference between a cluster too small and one still counting a dead node."""
+    try:
+        alive = sum(1 for n in ray.nodes() if n.get("Alive"))
+        free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+    except Exception as e:  # noqa: BLE001 - a view for a message; the message must still be raised
+        return f"(Ray's view unavailable: {first_line(e)})"
+    return f"(Ray sees {alive} node(s) alive; free: {free or 'nothing'})"
+
+
 def stop_ray() -> None:
     """Disconnect from Ray (and stop the local instance this process started)."""
     import_ray(local=False).shutdown()
