@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from hyperscalees.benchmarks.scale import WORKERS, Costs, bottleneck, efficiency, phases, predict, step_time
+from hyperscalees.benchmarks.scale import (WORKERS, Costs, bottleneck, efficiency, phases, predict, ray_chunk_costs,
+                                          step_time)
 from hyperscalees.cli.main import main
 
 
@@ -65,3 +66,17 @@ def test_quick_run_prints_efficiency_and_bottleneck_by_workers_and_a_plot(capsys
 def test_plot_is_refused_for_other_benchmarks(capsys, tmp_path):
     assert main(["bench", "distributed", "--quick", "--plot", str(tmp_path / "x.png")]) == 2
     assert "--plot applies to population-loss | rank | scale only" in capsys.readouterr().err
+
+
+def test_rays_cost_per_chunk_splits_into_the_drivers_cpu_and_a_round_trip():
+    """One worker's step 0.5 s over the model's 0.2 s across 9 chunks and the update: 30 ms each, of which
+    the driver's CPU (2 ms a chunk) is serial at scale and the other 28 ms a round trip."""
+    got = ray_chunk_costs(measured_1=0.5, predicted_1=0.2, coordinator_cpu_s=0.02, chunks=9)
+    assert got["excess_per_chunk_s"] == pytest.approx(0.03)
+    assert got["chunk_s"] == pytest.approx(0.002) and got["latency_s"] == pytest.approx(0.028)
+    assert ray_chunk_costs(0.1, 0.2, 0.0, 9) == {"chunk_s": 0.0, "latency_s": 0.0, "excess_per_chunk_s": 0.0}
+    # at scale the round trip is paid per round of chunks, the driver's CPU per chunk: only the CPU caps it
+    serial = Costs(population=4096, member_s=1e-3, chunk_s=0.03)
+    split = Costs(population=4096, member_s=1e-3, chunk_s=0.002, latency_s=0.014)
+    assert efficiency(split, 100) > 2 * efficiency(serial, 100)
+    assert bottleneck(serial, 100) == "coordinator"

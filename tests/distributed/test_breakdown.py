@@ -99,6 +99,7 @@ def test_ray_breaks_its_step_down_and_overlapping_the_replay_changes_no_weight(r
         report = backend.report()
         assert report["drift_repairs"] == 0 and report["rejected"] == 0   # every hash check passed
         b = report["breakdown_ms"]
-        assert {"evaluate", "shape", "update", "wait", "wire", "replay", "hash"} <= set(b["driver"])
+        assert {"evaluate", "shape", "update", "wait", "wire", "replay", "hash", "coordinator_cpu"} <= set(b["driver"])
+        assert 0 < b["driver"]["coordinator_cpu"]   # the driver's CPU while it hands out and collects chunks
         assert {"evaluate", "wire", "replay", "hash"} <= set(b["workers"])
         assert b["workers"]["evaluate"] > 0 and b["workers"]["replay"] > 0

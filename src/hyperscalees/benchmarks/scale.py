@@ -209,11 +209,25 @@ def calibrate(quick: bool, log) -> tuple[dict[str, Costs], dict]:
     return costs, {"chunk_s": chunk_s, "byte_s": byte_s, "replay_s_per_mac": rate, "tasks": measured}
 
 
+def ray_chunk_costs(measured_1: float, predicted_1: float, coordinator_cpu_s: float, chunks: int) -> dict:
+    """Ray's own cost per chunk, split by who pays it, from one worker's step (``measured_1`` seconds
+    against the model's ``predicted_1`` without Ray) and the driver's CPU in it (``coordinator_cpu_s``,
+    every thread of the driver process): ``chunk_s``, the driver's CPU per chunk, is serial at any
+    number of workers; the rest of the excess, ``latency_s`` per chunk (a round trip through Ray's task
+    machinery on both sides), runs in parallel on many workers and is paid once per round of chunks.
+    With one worker the two cannot be told apart by time alone, which is why the driver's CPU is read."""
+    excess = max(0.0, measured_1 - predicted_1) / (chunks + 1)   # the chunks and the update sent
+    cpu = coordinator_cpu_s / (chunks + 1)
+    return {"chunk_s": cpu, "latency_s": max(0.0, excess - cpu), "excess_per_chunk_s": excess}
+
+
 def check_on_ray(digits: Costs, log) -> dict:
     """Digits on 1 and 2 loopback Ray workers against the model (no latency, no bandwidth limit): the
     per-member cost is the 1-worker run's own worker-side evaluation, the coordinator's the core's;
     both steps are predicted, nothing is fitted. What the 1-worker step has beyond its prediction, per
-    chunk, is Ray's own cost per chunk (``ray_chunk_s``; the predictions at scale add it)."""
+    chunk, is Ray's own cost per chunk, split by :func:`ray_chunk_costs` into the driver's CPU
+    (``ray_chunk_s``, serial at scale) and a round trip (``ray_latency_s``, parallel across workers);
+    ``predicted_with_ray_s`` predicts the 2-worker step from them."""
     from .distributed import ray_runs
     runs = ray_runs(log, names=("digits",))["digits"]
     measured = {1: runs["ray_1"][0], 2: runs["ray_2"][0]}
@@ -224,8 +238,14 @@ def check_on_ray(digits: Costs, log) -> dict:
                     replay_s=max(digits.replay_s, worker.get("replay", 0.0) / 1000))
     predicted = {w: step_time(replace(model, chunks_per_worker=max(1, chunks // w)), w) for w in (1, 2)}
     ratio = {w: predicted[w] / measured[w] for w in (1, 2)}
+    cpu_s = runs["ray_1"][1].get("driver", {}).get("coordinator_cpu", 0.0) / 1000
+    ray = ray_chunk_costs(measured[1], predicted[1], cpu_s, chunks)
+    with_ray = replace(model, chunk_s=max(model.chunk_s, ray["chunk_s"]), latency_s=ray["latency_s"] / 2)
+    two = step_time(replace(with_ray, chunks_per_worker=max(1, chunks // 2)), 2)
     return {"measured_s": measured, "predicted_s": predicted, "ratio": ratio, "member_s": member_s,
-            "ray_chunk_s": max(0.0, (measured[1] - predicted[1]) / (chunks + 1)),
+            "ray_chunk_s": ray["chunk_s"], "ray_latency_s": ray["latency_s"],
+            "ray_excess_per_chunk_s": ray["excess_per_chunk_s"],
+            "predicted_with_ray_s": {2: two}, "ratio_with_ray": {2: two / measured[2]},
             "within_15pct": all(abs(r - 1) <= 0.15 for r in ratio.values()),
             "breakdown_ms": {k: v[1] for k, v in runs.items()}}
 
@@ -249,10 +269,11 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
     rep = Report("scale", QUESTION, COLUMNS)
     load0 = os.getloadavg()[0]
     costs, measured = calibrate(quick, log)
-    if not quick:   # the Ray cost per chunk (task submission, object store) replaces the core's alone
-        rep.summary["calibration"] = check_on_ray(costs["digits"], log)
-        chunk_s = max(measured["chunk_s"], rep.summary["calibration"]["ray_chunk_s"])
-        costs = {k: replace(c, chunk_s=chunk_s) for k, c in costs.items()}
+    if not quick:   # Ray's cost per chunk: the driver's CPU (serial) and a round trip (parallel across workers)
+        cal = rep.summary["calibration"] = check_on_ray(costs["digits"], log)
+        chunk_s = max(measured["chunk_s"], cal["ray_chunk_s"])
+        costs = {k: replace(c, chunk_s=chunk_s, latency_s=c.latency_s + cal["ray_latency_s"] / 2)
+                 for k, c in costs.items()}
     workloads = {k: v for k, v in costs.items() if k != "digits"}
     predictions = {name: predict(c) for name, c in workloads.items()}
     for name, p in predictions.items():
