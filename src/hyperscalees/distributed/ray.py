@@ -1,12 +1,11 @@
 """``RayBackend``: the population's chunks pulled by Ray worker actors that each hold a model replica.
 
-The driver is the coordinator. Per step it keeps a :class:`~.coordinator.ChunkQueue`;
-every idle worker is handed the next chunk (stragglers' chunks are copied to idle workers
-after the straggler timeout, the first result wins), results arrive as ``wire`` messages and
-are decoded with the step and member range the coordinator expects, anything refused is
-logged and recomputed. Then the coordinator shapes, applies the update to its own replica
-(the one the engine checkpoints) and sends the packed shaped vector to every worker, which
-replays the identical update: O(population) bits a step, never the weights.
+The driver is the coordinator. Per step it keeps a :class:`~.coordinator.ChunkQueue`; every idle worker is
+handed the next chunk (stragglers' chunks are copied to idle workers after the straggler timeout, the first
+result wins), results arrive as ``wire`` messages and are decoded with the step and member range the
+coordinator expects, anything refused is logged and recomputed. Then the coordinator shapes, sends the packed
+shaped vector to every worker and applies the identical update to its own replica (the one the engine
+checkpoints) while they do: O(population) bits a step, never the weights.
 
     coordinator (driver)                         worker actors (Replica)
     ask: step s, chunks c0..cn ──evaluate(s,lo,hi)──▶ perturbed forward of [lo, hi)
@@ -18,19 +17,18 @@ replays the identical update: O(population) bits a step, never the weights.
     dead worker → re-queue its chunk, start a new actor from the coordinator's state
     new actor → no chunks until it is up (Ray places it: now, or when a node joins)
 
-Elastic membership: Ray is asked for ``max_workers`` actors (default ``workers``). An actor
-gets chunks once it is up; one Ray cannot place yet waits in Ray's queue, and starts on the
-first node that joins with room for it; once up it loads the coordinator's state of that
-moment (an actor runs its calls in order: the updates sent after apply on top). A node that dies
-takes its actors with it: their chunks are re-queued (or copied to an idle worker once late) and each slot gets a new
-actor, not waited for. Weights stay bit-identical to one process: the update depends only on the
-seeds and the shaped fitness in member order, never on who computed which chunk.
+Elastic membership: Ray is asked for ``max_workers`` actors (default ``workers``). An actor gets chunks once it
+is up; one Ray cannot place yet waits in Ray's queue, and starts on the first node that joins with room for it;
+once up it loads the coordinator's state of that moment (an actor runs its calls in order: the updates sent after
+apply on top). A node that dies takes its actors with it: their chunks are re-queued (or copied to an idle worker
+once late) and each slot gets a new actor, not waited for. Weights stay bit-identical to one process: the update
+depends only on the seeds and the shaped fitness in member order, never on who computed which chunk.
 
-Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting and stopping it):
-``import hyperscalees`` never needs it.
+Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting and stopping it).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -41,8 +39,8 @@ from .base import AbstractBackend
 from .coordinator import ChunkQueue, ChunkTimes, Counters, split
 from .recipe import check_distributable, fitness_state
 from .replica import Replica, ReplicaDrift, coordinator_state, state_hash
-from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, import_ray, start_ray,  # noqa: F401
-                          stop_ray)  # stop_ray: re-exported
+from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, heap_frozen, import_ray,  # noqa: F401
+                          start_ray, stop_ray)  # stop_ray: re-exported
 from . import wire
 
 log = logging.getLogger("hyperscalees.distributed")
@@ -59,15 +57,15 @@ class RayBackend(AbstractBackend):
     """Chunks pulled by Ray worker actors, each a :class:`Replica` built from the recipe;
     bit-identical to :class:`~.local.LocalBackend`.
 
-    ``RayBackend(recipe, workers=2, address=None, ...)`` (the fields of :class:`RayConfig`, or
-    ``config=RayConfig(...)``). Workers start on the first step, from the driver's state at
-    that moment (so a resumed run's workers start from the checkpoint). ``replica``: the
-    actor class, a :class:`Replica` or a subclass of it.
+    ``RayBackend(recipe, workers=2, address=None, ...)`` (:class:`RayConfig`'s fields, or ``config=RayConfig(...)``).
+    Workers start on the first step, from the driver's state at that moment (so a resumed run's workers start from
+    the checkpoint). ``replica``: the actor class, a :class:`Replica` or a subclass of it.
     """
 
     name = "ray"
     Config = RayConfig
     overlap_replay = True  # workers are sent the update before the driver replays it (False: after; to measure)
+    freeze_heap = True     # the driver's heap hidden from full garbage collections while it runs (False: to measure)
 
     def __init__(self, recipe, config: RayConfig | None = None, *, chunk: int | None = None,
                  replica: type = Replica, **options):
@@ -98,6 +96,7 @@ class RayBackend(AbstractBackend):
         self._ray = None
         self._state = (None, None)                    # (step, object ref) of the shared state
         self._worker_phases: list[dict] = []           # the workers' phase_times(), read at close
+        self._held = contextlib.ExitStack()            # what start() holds until close(): the frozen heap
 
     # -- life cycle ------------------------------------------------------------------------
     @property
@@ -128,6 +127,7 @@ class RayBackend(AbstractBackend):
                                    f"{self.config.gpus_per_worker:g} GPU(s) free for each? {len(self.ready)} up "
                                    f"{cluster_view(ray)}")
             self._poll_starting(timeout=left, fatal=True)
+        self._held.enter_context(heap_frozen(self.freeze_heap))
 
     def _state_ref(self):
         """The coordinator's current state in Ray's object store, made once per step."""
@@ -174,8 +174,7 @@ class RayBackend(AbstractBackend):
                 log.info("worker %d ready on node %s at step %d", slot, self.node_of[slot][:12], self.es.step)
 
     def _lost(self, slot: int, why: str) -> None:
-        """Worker ``slot`` died (or its node did): start a new one from the coordinator's state, not
-        waited for, or go on with fewer."""
+        """Worker ``slot`` died (or its node did): start a new one from the coordinator's state, not waited for."""
         actor = self.actors.pop(slot, None)
         self.ready.discard(slot)
         if actor is not None:
@@ -206,6 +205,7 @@ class RayBackend(AbstractBackend):
         if self._owns_ray:
             self._ray.shutdown()
         self._ray = None
+        self._held.close()
 
     # -- one step ----------------------------------------------------------------------------
     def evaluate(self):
@@ -220,9 +220,11 @@ class RayBackend(AbstractBackend):
             idle = self._assign(queue)
             if not self.inflight and not self.starting:
                 raise RuntimeError(f"step {queue.step}: chunks missing but none running and no worker to run them")
-            # an idle worker may take a straggler's chunk once it is late: poll; else wait for a result,
-            # or for a worker to come up (with none running, as long as a start may take)
-            timeout = 0.01 if idle else None if self.inflight else self.config.startup_timeout
+            # an idle worker may take a straggler's chunk once it is late: wake then (not a poll: a wait
+            # costs the driver CPU); else wait for a result, or for a worker to come up (as long as a start may take)
+            late_in = queue.until_late() if idle else None
+            timeout = max(1e-3, late_in) if late_in is not None else None if self.inflight else \
+                self.config.startup_timeout
             with self.phases("wait"):
                 ready, rest = self._ray.wait(list(self.inflight) + list(self.starting), num_returns=1, timeout=timeout)
                 if ready and rest:  # every result already in is taken in this pass: one wait, not one each
