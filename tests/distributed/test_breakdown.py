@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hyperscalees.distributed import LocalBackend, wire
-from kept_environ import environ_kept
+from kept_environ import ray_home
 from hyperscalees.distributed.base import PhaseTimes
 from hyperscalees.distributed.replica import Replica
 from hyperscalees.engine import make_config
@@ -65,8 +65,7 @@ def ray_local():
     ray = pytest.importorskip("ray")
     from hyperscalees.distributed.ray import RayConfig, start_ray
     home, temp = tempfile.mkdtemp(prefix="hsh", dir="/tmp"), tempfile.mkdtemp(prefix="hsr", dir="/tmp")
-    with environ_kept("HOME", "RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
-        os.environ["HOME"] = home
+    with ray_home(home):
         assert start_ray(RayConfig(workers=2, temp_dir=temp))
         yield ray
         ray.shutdown()
