@@ -3,7 +3,6 @@ evaluation, wire and update replay; RayBackend adds waiting, wire and replay on 
 the workers' phases at close, and stays bit-identical to the in-process run whether the driver
 replays the update before or while the workers do."""
 import gc
-import os
 import shutil
 import tempfile
 
