@@ -2,7 +2,6 @@
 evaluation, wire and update replay; RayBackend adds waiting, wire and replay on the driver, reads
 the workers' phases at close, and stays bit-identical to the in-process run whether the driver
 replays the update before or while the workers do."""
-import gc
 import shutil
 import tempfile
 
@@ -85,17 +84,14 @@ def test_ray_breaks_its_step_down_and_overlapping_the_replay_changes_no_weight(r
     for overlap in (True, False):
         backend = RayBackend(r, workers=2, chunk=8, hash_every=2)
         backend.overlap_replay = overlap
-        backend.freeze_heap = overlap                    # the heap frozen or not: the same weights either way
         try:
             for i in range(steps):
                 if i == 3:
                     backend.reset_breakdown()            # the workers forget their first 3 steps too
                 backend.step()
-                assert (gc.get_freeze_count() > 0) == overlap
             assert [g["steps"] for g in backend._read_worker_phases()] == [steps - 3] * 2
         finally:
             backend.close()
-        assert gc.get_freeze_count() == 0                # thawed at close
         got = params(backend)
         assert all(torch.equal(got[k], v) for k, v in params(local).items()), f"overlap={overlap}: weights differ"
         report = backend.report()

@@ -158,8 +158,7 @@ def ray_runs(log, names=("digits", "llm"), steps: int = 6, warmup: int = 2) -> d
     runs = {"local_1thread": lambda r, c: LocalBackend(r, chunk=c), "local": lambda r, c: LocalBackend(r, chunk=c),
             "ray_1": lambda r, c: RayBackend(r, workers=1, chunk=c),
             "ray_2": lambda r, c: RayBackend(r, workers=2, chunk=c),
-            "ray_2_replay_first": lambda r, c: RayBackend(r, workers=2, chunk=c),
-            "ray_2_gc_unfrozen": lambda r, c: RayBackend(r, workers=2, chunk=c)}
+            "ray_2_replay_first": lambda r, c: RayBackend(r, workers=2, chunk=c)}
     try:
         for name, (recipe, chunk) in workloads(names).items():
             out[name] = {}
@@ -167,7 +166,6 @@ def ray_runs(log, names=("digits", "llm"), steps: int = 6, warmup: int = 2) -> d
                 torch.set_num_threads(1 if run_name == "local_1thread" else threads)
                 backend = make(recipe, chunk)
                 backend.overlap_replay = run_name != "ray_2_replay_first"
-                backend.freeze_heap = run_name != "ray_2_gc_unfrozen"
                 out[name][run_name] = timed_steps(backend, steps, warmup)
                 log(f"  {name} {run_name}: {out[name][run_name][0] * 1000:.0f} ms/step")
     finally:
@@ -226,9 +224,7 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
         rep.notes.append("ray: digits (population 2048, chunk 512) and LLM population generation (tiny random "
                          "Llama, 64 members x 2 prompts x 32 tokens, chunk 16), median of 6 steps after 2; "
                          "local_1thread has one torch thread, as each Ray worker; ray_2_replay_first: the driver "
-                         "replays the update before sending it (the order before the cut); ray_2_gc_unfrozen: the "
-                         "driver's heap left to Python's full garbage collections (RayBackend.freeze_heap False, "
-                         "the state before the cut); every process shares "
+                         "replays the update before sending it (the order before the cut); every process shares "
                          f"this machine's {os.cpu_count()} cores (load average before/after in load_average)")
     rep.notes.append(f"simulated workers: threads sleeping {c['chunk_ms']} ms per chunk; coordinator CPU is "
                      "time.thread_time of its thread (queue, decode, concatenation, shaped encode)")

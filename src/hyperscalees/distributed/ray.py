@@ -28,7 +28,6 @@ Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting a
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 
@@ -39,8 +38,8 @@ from .base import AbstractBackend
 from .coordinator import ChunkQueue, ChunkTimes, Counters, split
 from .recipe import check_distributable, fitness_state
 from .replica import Replica, ReplicaDrift, coordinator_state, state_hash
-from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, heap_frozen, import_ray,  # noqa: F401
-                          start_ray, stop_ray)  # stop_ray: re-exported
+from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, import_ray, start_ray,  # noqa: F401
+                          stop_ray)  # stop_ray: re-exported
 from . import wire
 
 log = logging.getLogger("hyperscalees.distributed")
@@ -65,7 +64,6 @@ class RayBackend(AbstractBackend):
     name = "ray"
     Config = RayConfig
     overlap_replay = True  # workers are sent the update before the driver replays it (False: after; to measure)
-    freeze_heap = True     # the driver's heap hidden from full garbage collections while it runs (False: to measure)
 
     def __init__(self, recipe, config: RayConfig | None = None, *, chunk: int | None = None,
                  replica: type = Replica, **options):
@@ -96,7 +94,6 @@ class RayBackend(AbstractBackend):
         self._ray = None
         self._state = (None, None)                    # (step, object ref) of the shared state
         self._worker_phases: list[dict] = []           # the workers' phase_times(), read at close
-        self._held = contextlib.ExitStack()            # what start() holds until close(): the frozen heap
 
     # -- life cycle ------------------------------------------------------------------------
     @property
@@ -127,7 +124,6 @@ class RayBackend(AbstractBackend):
                                    f"{self.config.gpus_per_worker:g} GPU(s) free for each? {len(self.ready)} up "
                                    f"{cluster_view(ray)}")
             self._poll_starting(timeout=left, fatal=True)
-        self._held.enter_context(heap_frozen(self.freeze_heap))
 
     def _state_ref(self):
         """The coordinator's current state in Ray's object store, made once per step."""
@@ -205,7 +201,6 @@ class RayBackend(AbstractBackend):
         if self._owns_ray:
             self._ray.shutdown()
         self._ray = None
-        self._held.close()
 
     # -- one step ----------------------------------------------------------------------------
     def evaluate(self):

@@ -224,21 +224,3 @@ def stop_ray() -> None:
     """Disconnect from Ray (and stop the local instance this process started)."""
     import_ray(local=False).shutdown()
 
-
-@contextlib.contextmanager
-def heap_frozen(enabled: bool = True) -> Iterator[None]:
-    """Hide the objects alive now (torch, Ray, the model: most of the driver's heap) from Python's
-    cyclic garbage collector until the block ends (``gc.freeze``, after one full collection so no
-    garbage is frozen with them). Every Ray call allocates, so full collections come every few
-    hundred calls, and each walked that whole heap: about a fifth of the driver's CPU per chunk
-    (py-spy, digits at 128 chunks a step). Reference counting still frees frozen objects."""
-    import gc
-    if not enabled or gc.get_freeze_count():   # off, or someone else's freeze: leave it alone
-        yield
-        return
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
