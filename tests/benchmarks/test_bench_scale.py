@@ -3,7 +3,10 @@ import json
 
 import pytest
 
-from hyperscalees.benchmarks.scale import WORKERS, Costs, bottleneck, efficiency, phases, predict, step_time
+from dataclasses import replace
+
+from hyperscalees.benchmarks.scale import (WORKERS, Costs, bottleneck, efficiency, phases, predict, ray_chunk_costs,
+                                          step_time, what_if)
 from hyperscalees.cli.main import main
 
 
@@ -65,3 +68,33 @@ def test_quick_run_prints_efficiency_and_bottleneck_by_workers_and_a_plot(capsys
 def test_plot_is_refused_for_other_benchmarks(capsys, tmp_path):
     assert main(["bench", "distributed", "--quick", "--plot", str(tmp_path / "x.png")]) == 2
     assert "--plot applies to population-loss | rank | scale only" in capsys.readouterr().err
+
+
+def test_rays_cost_per_chunk_splits_into_the_drivers_cpu_and_a_round_trip():
+    """One worker's step 0.5 s over the model's 0.2 s across 9 chunks and the update: 30 ms each, of which
+    the driver's CPU (2 ms a chunk) is serial at scale and the other 28 ms a round trip."""
+    got = ray_chunk_costs(measured_1=0.5, predicted_1=0.2, coordinator_cpu_s=0.02, chunks=9)
+    assert got["excess_per_chunk_s"] == pytest.approx(0.03)
+    assert got["chunk_s"] == pytest.approx(0.002) and got["latency_s"] == pytest.approx(0.028)
+    assert ray_chunk_costs(0.1, 0.2, 0.0, 9) == {"chunk_s": 0.0, "latency_s": 0.0, "excess_per_chunk_s": 0.0}
+    # at scale the round trip is paid per round of chunks, the driver's CPU per chunk: only the CPU caps it
+    serial = Costs(population=4096, member_s=1e-3, chunk_s=0.03)
+    split = Costs(population=4096, member_s=1e-3, chunk_s=0.002, latency_s=0.014)
+    assert efficiency(split, 100) > 2 * efficiency(serial, 100)
+    assert bottleneck(serial, 100) == "coordinator"
+
+
+def test_what_if_node_coordinators_cut_the_drivers_calls_and_share_the_replay():
+    c = Costs(population=8192, member_s=1e-3, replay_s=0.8, chunk_s=1e-3)
+    as_is, lifted = phases(c, 1000), phases(replace(c, node_size=8), 1000)
+    assert as_is["replay"] == 0.8 and lifted["replay"] == pytest.approx(0.1)      # one replay a node, 8 cores
+    assert lifted["coordinator"] < as_is["coordinator"] / 4                         # 125 nodes, not 3,000 calls
+    assert phases(replace(c, node_size=8), 1)["replay"] == 0.8                      # one worker: nothing to share
+    eff = what_if(c, 8, workers=(1, 1000))
+    assert eff[1000] > 2 * efficiency(c, 1000)
+    # a larger population: the replay grows with it, efficiency is against one worker at that population
+    assert what_if(c, 1, population=16384, workers=(1,))[1] == pytest.approx(1.0)
+    bigger = what_if(c, 1, population=65536, workers=(1000,))[1000]
+    assert bigger > efficiency(c, 1000)
+    with pytest.raises(ValueError, match="node_size must be >= 1, got 0"):
+        phases(replace(c, node_size=0), 2)

@@ -2,7 +2,6 @@
 evaluation, wire and update replay; RayBackend adds waiting, wire and replay on the driver, reads
 the workers' phases at close, and stays bit-identical to the in-process run whether the driver
 replays the update before or while the workers do."""
-import os
 import shutil
 import tempfile
 
@@ -10,7 +9,7 @@ import pytest
 import torch
 
 from hyperscalees.distributed import LocalBackend, wire
-from kept_environ import environ_kept
+from kept_environ import ray_home
 from hyperscalees.distributed.base import PhaseTimes
 from hyperscalees.distributed.replica import Replica
 from hyperscalees.engine import make_config
@@ -64,8 +63,7 @@ def ray_local():
     ray = pytest.importorskip("ray")
     from hyperscalees.distributed.ray import RayConfig, start_ray
     home, temp = tempfile.mkdtemp(prefix="hsh", dir="/tmp"), tempfile.mkdtemp(prefix="hsr", dir="/tmp")
-    with environ_kept("HOME", "RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
-        os.environ["HOME"] = home
+    with ray_home(home):
         assert start_ray(RayConfig(workers=2, temp_dir=temp))
         yield ray
         ray.shutdown()
@@ -99,6 +97,7 @@ def test_ray_breaks_its_step_down_and_overlapping_the_replay_changes_no_weight(r
         report = backend.report()
         assert report["drift_repairs"] == 0 and report["rejected"] == 0   # every hash check passed
         b = report["breakdown_ms"]
-        assert {"evaluate", "shape", "update", "wait", "wire", "replay", "hash"} <= set(b["driver"])
+        assert {"evaluate", "shape", "update", "wait", "wire", "replay", "hash", "coordinator_cpu"} <= set(b["driver"])
+        assert 0 < b["driver"]["coordinator_cpu"]   # the driver's CPU while it hands out and collects chunks
         assert {"evaluate", "wire", "replay", "hash"} <= set(b["workers"])
         assert b["workers"]["evaluate"] > 0 and b["workers"]["replay"] > 0

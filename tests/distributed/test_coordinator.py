@@ -48,6 +48,22 @@ def test_a_straggler_is_copied_after_the_timeout_and_the_first_result_wins():
     assert q.results() == ["A-fast", "B"] and q.counters.duplicates == 1
 
 
+def test_until_late_is_how_long_an_idle_worker_may_sleep_before_a_straggler_copy():
+    clock = Clock()
+    q = ChunkQueue(0, split(4, 2), ChunkTimes(straggler_timeout=3.0), clock=clock)
+    assert q.until_late() is None                    # nothing running
+    a = q.assign("a")
+    clock.t = 1.0
+    b = q.assign("b")
+    assert q.until_late() == pytest.approx(2.0)      # the oldest chunk (started at 0) is late at 3
+    clock.t = 2.5
+    assert q.complete(a.index, "a", "A")
+    assert q.until_late() == pytest.approx(1.5)      # now b's, started at 1
+    clock.t = 5.0
+    assert q.until_late() == 0.0 and q.assign("a") == b
+    assert q.complete(b.index, "a", "B") and q.until_late() is None
+
+
 def test_a_failed_chunk_goes_back_to_the_front_unless_a_copy_still_runs():
     clock = Clock()
     q = ChunkQueue(0, split(6, 2), ChunkTimes(straggler_timeout=1.0), clock=clock)

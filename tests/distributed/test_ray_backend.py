@@ -25,7 +25,7 @@ from hyperscalees.engine import load_checkpoint, make_config, run
 from hyperscalees.cli.main import main
 
 from faulty import faulty
-from kept_environ import environ_kept
+from kept_environ import ray_home
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup (make test) one worker runs them all: one Ray
@@ -38,8 +38,7 @@ def ray_cluster():
 
     home = tempfile.mkdtemp(prefix="hsh", dir="/tmp")    # Ray's auth token lands in $HOME/.ray
     temp = tempfile.mkdtemp(prefix="hsr", dir="/tmp")    # short: Ray's socket paths must fit 107 bytes
-    with environ_kept("HOME", "RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
-        os.environ["HOME"] = home
+    with ray_home(home):
         temp = start_with_one_retry(ray, start_ray, temp)
         gcs = ray.get_runtime_context().gcs_address
         assert gcs.startswith("127.0.0.1:"), gcs

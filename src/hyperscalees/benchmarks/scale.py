@@ -50,6 +50,7 @@ SMOLLM2_MN = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
 PER_COMPLETION = (36.5 / 128, 48)
 COUNTDOWN = dict(population=1536, rank=1, tokens=256)  # the seeds' regime (stated)
 PHASES = ("evaluation", "granularity", "coordinator", "wire", "shape", "replay")
+WHAT_IF = ((1, 16384), (8, COUNTDOWN["population"]), (8, 16384))   # (workers a node, population): the lifts priced for SmolLM2
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Costs:
     bandwidth: float = math.inf
     chunks_per_worker: int = 2
     pair: int = 2
+    node_size: int = 1            # > 1: what-if, see :func:`phases`; 1 is the backend as it is
 
     def __post_init__(self):
         if self.population < self.pair or self.member_s < 0:
@@ -75,20 +77,34 @@ class Costs:
 
 
 def phases(c: Costs, workers: int) -> dict[str, float]:
-    """Seconds of each phase of one step at ``workers`` workers (their sum is the step)."""
+    """Seconds of each phase of one step at ``workers`` workers (their sum is the step).
+
+    ``node_size`` > 1 prices two lifts that do not exist yet, for the docs' what-if: a coordinator per
+    node of ``node_size`` workers (the driver exchanges one call a round and one update with each node;
+    each node's coordinator hands out its own workers' chunks, the nodes in parallel; one more hop of
+    latency), and one update replay per node, its rows split across the node's cores (shared memory)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    if c.node_size < 1:
+        raise ValueError(f"node_size must be >= 1, got {c.node_size}")
     pairs = -(-c.population // c.pair)
     per_worker = -(-pairs // workers)                       # pairs the busiest worker runs
     chunks = min(pairs, c.chunks_per_worker * workers)
     rounds = -(-chunks // min(workers, pairs))               # chunks the busiest worker runs
     useful = c.population * c.member_s / workers
     evaluation = per_worker * c.pair * c.member_s
-    coordinator = (chunks + workers) * c.chunk_s + c.population * c.result_bytes * c.byte_s
+    calls = chunks + workers                                 # chunk results in, updates out: the driver's
+    hops = 1
+    if c.node_size > 1:
+        nodes = -(-workers // c.node_size)
+        calls = (rounds + 1) * nodes + -(-chunks // nodes) + min(c.node_size, workers)   # driver's, then one node's
+        hops = 2
+    coordinator = calls * c.chunk_s + c.population * c.result_bytes * c.byte_s
     exposed = max(coordinator - evaluation, coordinator / rounds)   # the last round is never hidden
-    wire_s = (2 * rounds + 1) * c.latency_s + (c.population * c.result_bytes + workers * c.update_bytes) / c.bandwidth
+    wire_s = hops * (2 * rounds + 1) * c.latency_s + \
+        (c.population * c.result_bytes + workers * c.update_bytes) / c.bandwidth
     return {"evaluation": useful, "granularity": evaluation - useful, "coordinator": exposed, "wire": wire_s,
-            "shape": c.shape_s, "replay": c.replay_s}
+            "shape": c.shape_s, "replay": c.replay_s / min(c.node_size, workers)}
 
 
 def step_time(c: Costs, workers: int) -> float:
@@ -109,6 +125,17 @@ def bottleneck(c: Costs, workers: int) -> str:
 def predict(c: Costs, workers=WORKERS) -> dict:
     return {"step_s": {w: step_time(c, w) for w in workers}, "efficiency": {w: efficiency(c, w) for w in workers},
             "bottleneck": {w: bottleneck(c, w) for w in workers}}
+
+
+def what_if(c: Costs, node_size: int, population: int | None = None, workers=WORKERS) -> dict[int, float]:
+    """Efficiency at each worker count with ``node_size`` workers a node (see :func:`phases`) and
+    ``population`` members (replay and update scaled with it), against one worker of the backend as it is."""
+    scale = (population or c.population) / c.population
+    base = replace(c, population=population or c.population, replay_s=c.replay_s * scale,
+                   update_bytes=c.update_bytes * scale)
+    lifted = replace(base, node_size=node_size)
+    t1 = step_time(base, 1)
+    return {w: t1 / (w * step_time(lifted, w)) for w in workers}
 
 
 # -- calibration -------------------------------------------------------------------------------
@@ -209,11 +236,25 @@ def calibrate(quick: bool, log) -> tuple[dict[str, Costs], dict]:
     return costs, {"chunk_s": chunk_s, "byte_s": byte_s, "replay_s_per_mac": rate, "tasks": measured}
 
 
+def ray_chunk_costs(measured_1: float, predicted_1: float, coordinator_cpu_s: float, chunks: int) -> dict:
+    """Ray's own cost per chunk, split by who pays it, from one worker's step (``measured_1`` seconds
+    against the model's ``predicted_1`` without Ray) and the driver's CPU in it (``coordinator_cpu_s``,
+    every thread of the driver process): ``chunk_s``, the driver's CPU per chunk, is serial at any
+    number of workers; the rest of the excess, ``latency_s`` per chunk (a round trip through Ray's task
+    machinery on both sides), runs in parallel on many workers and is paid once per round of chunks.
+    With one worker the two cannot be told apart by time alone, which is why the driver's CPU is read."""
+    excess = max(0.0, measured_1 - predicted_1) / (chunks + 1)   # the chunks and the update sent
+    cpu = coordinator_cpu_s / (chunks + 1)
+    return {"chunk_s": cpu, "latency_s": max(0.0, excess - cpu), "excess_per_chunk_s": excess}
+
+
 def check_on_ray(digits: Costs, log) -> dict:
     """Digits on 1 and 2 loopback Ray workers against the model (no latency, no bandwidth limit): the
     per-member cost is the 1-worker run's own worker-side evaluation, the coordinator's the core's;
     both steps are predicted, nothing is fitted. What the 1-worker step has beyond its prediction, per
-    chunk, is Ray's own cost per chunk (``ray_chunk_s``; the predictions at scale add it)."""
+    chunk, is Ray's own cost per chunk, split by :func:`ray_chunk_costs` into the driver's CPU
+    (``ray_chunk_s``, serial at scale) and a round trip (``ray_latency_s``, parallel across workers);
+    ``predicted_with_ray_s`` predicts the 2-worker step from them."""
     from .distributed import ray_runs
     runs = ray_runs(log, names=("digits",))["digits"]
     measured = {1: runs["ray_1"][0], 2: runs["ray_2"][0]}
@@ -224,18 +265,26 @@ def check_on_ray(digits: Costs, log) -> dict:
                     replay_s=max(digits.replay_s, worker.get("replay", 0.0) / 1000))
     predicted = {w: step_time(replace(model, chunks_per_worker=max(1, chunks // w)), w) for w in (1, 2)}
     ratio = {w: predicted[w] / measured[w] for w in (1, 2)}
+    cpu_s = runs["ray_1"][1].get("driver", {}).get("coordinator_cpu", 0.0) / 1000
+    ray = ray_chunk_costs(measured[1], predicted[1], cpu_s, chunks)
+    with_ray = replace(model, chunk_s=max(model.chunk_s, ray["chunk_s"]), latency_s=ray["latency_s"] / 2)
+    two = step_time(replace(with_ray, chunks_per_worker=max(1, chunks // 2)), 2)
     return {"measured_s": measured, "predicted_s": predicted, "ratio": ratio, "member_s": member_s,
-            "ray_chunk_s": max(0.0, (measured[1] - predicted[1]) / (chunks + 1)),
+            "ray_chunk_s": ray["chunk_s"], "ray_latency_s": ray["latency_s"],
+            "ray_excess_per_chunk_s": ray["excess_per_chunk_s"],
+            "predicted_with_ray_s": {2: two}, "ratio_with_ray": {2: two / measured[2]},
             "within_15pct": all(abs(r - 1) <= 0.15 for r in ratio.values()),
             "breakdown_ms": {k: v[1] for k, v in runs.items()}}
 
 
-def draw(predictions: dict, path) -> None:
+def draw(predictions: dict, path, what_ifs: dict | None = None) -> None:
     from ..engine.plotting import pyplot, save_figure
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, p in predictions.items():
         ax.plot(list(p["efficiency"]), list(p["efficiency"].values()), marker=".", label=name)
+    for label, eff in (what_ifs or {}).items():
+        ax.plot([int(w) for w in eff], list(eff.values()), linestyle="--", label=f"smollm2 if {label}")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("workers")
@@ -249,10 +298,11 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
     rep = Report("scale", QUESTION, COLUMNS)
     load0 = os.getloadavg()[0]
     costs, measured = calibrate(quick, log)
-    if not quick:   # the Ray cost per chunk (task submission, object store) replaces the core's alone
-        rep.summary["calibration"] = check_on_ray(costs["digits"], log)
-        chunk_s = max(measured["chunk_s"], rep.summary["calibration"]["ray_chunk_s"])
-        costs = {k: replace(c, chunk_s=chunk_s) for k, c in costs.items()}
+    if not quick:   # Ray's cost per chunk: the driver's CPU (serial) and a round trip (parallel across workers)
+        cal = rep.summary["calibration"] = check_on_ray(costs["digits"], log)
+        chunk_s = max(measured["chunk_s"], cal["ray_chunk_s"])
+        costs = {k: replace(c, chunk_s=chunk_s, latency_s=c.latency_s + cal["ray_latency_s"] / 2)
+                 for k, c in costs.items()}
     workloads = {k: v for k, v in costs.items() if k != "digits"}
     predictions = {name: predict(c) for name, c in workloads.items()}
     for name, p in predictions.items():
@@ -262,16 +312,22 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
                                             for n, p in predictions.items()}
     rep.summary["bottleneck_by_workers"] = {n: {str(w): b for w, b in p["bottleneck"].items()}
                                             for n, p in predictions.items()}
+    llm = workloads["smollm2-countdown"]
+    rep.summary["what_if_smollm2"] = {f"{n} workers a node, P={p}": {str(w): e for w, e in what_if(llm, n, p).items()}
+                                      for n, p in WHAT_IF}
     rep.details["costs"] = {n: vars(c) for n, c in costs.items()}
     rep.details["phases_s"] = {n: {str(w): phases(c, w) for w in WORKERS} for n, c in workloads.items()}
     rep.details["measured"] = measured
     path = plot or os.path.join(tempfile.mkdtemp(prefix="hs-scale"), "scale.png")
-    draw(predictions, path)
+    draw(predictions, path, rep.summary["what_if_smollm2"])
     rep.summary["plot"] = str(path)
     rep.summary["load_average"] = [load0, os.getloadavg()[0]]
     rep.notes.append(f"stated network: {LATENCY_S * 1e6:g} us one-way latency, {BANDWIDTH * 8 / 1e9:g} Gb/s at the "
                      "driver; every worker one CPU thread like the measurements (a faster device shrinks "
                      "evaluation and replay alike, and makes the fixed coordinator and wire costs weigh more)")
+    rep.notes.append("what_if_smollm2: not the backend as it is, the two lifts the docs name priced by the same "
+                     "costs: a coordinator per node (the driver's calls per node, not per chunk) and one replay "
+                     "per node split across its cores; efficiency against one worker as it is")
     rep.notes.append(f"smollm2-countdown: P={COUNTDOWN['population']}, rank {COUNTDOWN['rank']}, "
                      f"{COUNTDOWN['tokens']} new tokens; replay = s/MAC measured on a 576x1536 matrix x P*r*{SMOLLM2_MN:,} MACs; "
                      "a completion from a measured SmolLM2 step (docs/results/archive.md), not stepped here")

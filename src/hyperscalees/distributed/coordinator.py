@@ -130,6 +130,14 @@ class ChunkQueue:
         self.counters.reissued += 1
         return self._start(min(late)[1], worker, now)  # the longest-running one (ties: member order)
 
+    def until_late(self) -> float | None:
+        """Seconds until the longest-running chunk becomes a straggler an idle worker may copy (0 once
+        it is), None while nothing runs: how long a coordinator with an idle worker may sleep."""
+        starts = [min(runs.values()) for i, runs in self.running.items() if runs and i not in self.values]
+        if not starts:
+            return None
+        return max(0.0, min(starts) + self.times.timeout - self.clock())
+
     def _start(self, i: int, worker: Hashable, now: float) -> Chunk:
         self.running.setdefault(i, {})[worker] = now
         self.counters.assigned += 1

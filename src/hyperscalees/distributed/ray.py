@@ -1,12 +1,11 @@
 """``RayBackend``: the population's chunks pulled by Ray worker actors that each hold a model replica.
 
-The driver is the coordinator. Per step it keeps a :class:`~.coordinator.ChunkQueue`;
-every idle worker is handed the next chunk (stragglers' chunks are copied to idle workers
-after the straggler timeout, the first result wins), results arrive as ``wire`` messages and
-are decoded with the step and member range the coordinator expects, anything refused is
-logged and recomputed. Then the coordinator shapes, applies the update to its own replica
-(the one the engine checkpoints) and sends the packed shaped vector to every worker, which
-replays the identical update: O(population) bits a step, never the weights.
+The driver is the coordinator. Per step it keeps a :class:`~.coordinator.ChunkQueue`; every idle worker is
+handed the next chunk (stragglers' chunks are copied to idle workers after the straggler timeout, the first
+result wins), results arrive as ``wire`` messages and are decoded with the step and member range the
+coordinator expects, anything refused is logged and recomputed. Then the coordinator shapes, sends the packed
+shaped vector to every worker and applies the identical update to its own replica (the one the engine
+checkpoints) while they do: O(population) bits a step, never the weights.
 
     coordinator (driver)                         worker actors (Replica)
     ask: step s, chunks c0..cn ──evaluate(s,lo,hi)──▶ perturbed forward of [lo, hi)
@@ -18,16 +17,14 @@ replays the identical update: O(population) bits a step, never the weights.
     dead worker → re-queue its chunk, start a new actor from the coordinator's state
     new actor → no chunks until it is up (Ray places it: now, or when a node joins)
 
-Elastic membership: Ray is asked for ``max_workers`` actors (default ``workers``). An actor
-gets chunks once it is up; one Ray cannot place yet waits in Ray's queue, and starts on the
-first node that joins with room for it; once up it loads the coordinator's state of that
-moment (an actor runs its calls in order: the updates sent after apply on top). A node that dies
-takes its actors with it: their chunks are re-queued (or copied to an idle worker once late) and each slot gets a new
-actor, not waited for. Weights stay bit-identical to one process: the update depends only on the
-seeds and the shaped fitness in member order, never on who computed which chunk.
+Elastic membership: Ray is asked for ``max_workers`` actors (default ``workers``). An actor gets chunks once it
+is up; one Ray cannot place yet waits in Ray's queue, and starts on the first node that joins with room for it;
+once up it loads the coordinator's state of that moment (an actor runs its calls in order: the updates sent after
+apply on top). A node that dies takes its actors with it: their chunks are re-queued (or copied to an idle worker
+once late) and each slot gets a new actor, not waited for. Weights stay bit-identical to one process: the update
+depends only on the seeds and the shaped fitness in member order, never on who computed which chunk.
 
-Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting and stopping it):
-``import hyperscalees`` never needs it.
+Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting and stopping it).
 """
 from __future__ import annotations
 
@@ -41,17 +38,11 @@ from .base import AbstractBackend
 from .coordinator import ChunkQueue, ChunkTimes, Counters, split
 from .recipe import check_distributable, fitness_state
 from .replica import Replica, ReplicaDrift, coordinator_state, state_hash
-from .ray_session import RayConfig, cluster_view, first_line, import_ray, start_ray, stop_ray  # noqa: F401 (stop_ray: re-exported)
+from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, import_ray, start_ray,  # noqa: F401
+                          stop_ray)  # stop_ray: re-exported
 from . import wire
 
 log = logging.getLogger("hyperscalees.distributed")
-
-
-def died_unexpectedly(e: BaseException) -> bool:
-    """A worker process that crashed while starting (killed, out of memory, a loaded machine), rather
-    than one whose start raised an error of its own: the first is replaced like a death mid-run, the
-    second would fail again."""
-    return "died unexpectedly" in str(e)
 
 
 def _ready_on_node(replica) -> str:
@@ -65,10 +56,9 @@ class RayBackend(AbstractBackend):
     """Chunks pulled by Ray worker actors, each a :class:`Replica` built from the recipe;
     bit-identical to :class:`~.local.LocalBackend`.
 
-    ``RayBackend(recipe, workers=2, address=None, ...)`` (the fields of :class:`RayConfig`, or
-    ``config=RayConfig(...)``). Workers start on the first step, from the driver's state at
-    that moment (so a resumed run's workers start from the checkpoint). ``replica``: the
-    actor class, a :class:`Replica` or a subclass of it.
+    ``RayBackend(recipe, workers=2, address=None, ...)`` (:class:`RayConfig`'s fields, or ``config=RayConfig(...)``).
+    Workers start on the first step, from the driver's state at that moment (so a resumed run's workers start from
+    the checkpoint). ``replica``: the actor class, a :class:`Replica` or a subclass of it.
     """
 
     name = "ray"
@@ -180,8 +170,7 @@ class RayBackend(AbstractBackend):
                 log.info("worker %d ready on node %s at step %d", slot, self.node_of[slot][:12], self.es.step)
 
     def _lost(self, slot: int, why: str) -> None:
-        """Worker ``slot`` died (or its node did): start a new one from the coordinator's state, not
-        waited for, or go on with fewer."""
+        """Worker ``slot`` died (or its node did): start a new one from the coordinator's state, not waited for."""
         actor = self.actors.pop(slot, None)
         self.ready.discard(slot)
         if actor is not None:
@@ -217,7 +206,7 @@ class RayBackend(AbstractBackend):
     def evaluate(self):
         self.start()
         es = self.es
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         self._drain_updates()
         self._poll_starting()
         queue = ChunkQueue(es.step, split(es.population, self.chunk or self.default_chunk(es.population)),
@@ -226,11 +215,15 @@ class RayBackend(AbstractBackend):
             idle = self._assign(queue)
             if not self.inflight and not self.starting:
                 raise RuntimeError(f"step {queue.step}: chunks missing but none running and no worker to run them")
-            # an idle worker may take a straggler's chunk once it is late: poll; else wait for a result,
-            # or for a worker to come up (with none running, as long as a start may take)
-            timeout = 0.01 if idle else None if self.inflight else self.config.startup_timeout
+            # an idle worker may take a straggler's chunk once it is late: wake then (not a poll: a wait
+            # costs the driver CPU); else wait for a result, or for a worker to come up (as long as a start may take)
+            late_in = queue.until_late() if idle else None
+            timeout = max(1e-3, late_in) if late_in is not None else None if self.inflight else \
+                self.config.startup_timeout
             with self.phases("wait"):
-                ready, _ = self._ray.wait(list(self.inflight) + list(self.starting), num_returns=1, timeout=timeout)
+                ready, rest = self._ray.wait(list(self.inflight) + list(self.starting), num_returns=1, timeout=timeout)
+                if ready and rest:  # every result already in is taken in this pass: one wait, not one each
+                    ready += self._ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             if not ready and not self.inflight:
                 raise RuntimeError(f"step {queue.step}: no worker left and none started within "
                                    f"{self.config.startup_timeout:g} s")
@@ -241,6 +234,9 @@ class RayBackend(AbstractBackend):
                     elif ref in self.starting:
                         self._poll_starting()
         self.step_times[es.step] = time.perf_counter() - t0
+        # what no worker can share: the driver process's CPU (every thread, Ray's own too) while it hands
+        # out and collects chunks; its wall time is mostly waiting (bench scale's serial cost per chunk)
+        self.phases.add("coordinator_cpu", time.process_time() - cpu0)
         results = queue.results()
         added = [state for _, state in results]
         if any(state is not None for state in added):  # in member order: the operations of one process

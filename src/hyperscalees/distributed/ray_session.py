@@ -202,6 +202,13 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(e).__name__
 
 
+def died_unexpectedly(e: BaseException) -> bool:
+    """A worker process that crashed while starting (killed, out of memory, a loaded machine), rather
+    than one whose start raised an error of its own: the first is replaced like a death mid-run, the
+    second would fail again."""
+    return "died unexpectedly" in str(e)
+
+
 def cluster_view(ray) -> str:
     """What Ray sees now (nodes alive, resources free), for an error that says the workers did not start:
     the difference between a cluster too small and one still counting a dead node."""
@@ -216,3 +223,4 @@ def cluster_view(ray) -> str:
 def stop_ray() -> None:
     """Disconnect from Ray (and stop the local instance this process started)."""
     import_ray(local=False).shutdown()
+
