@@ -1,7 +1,12 @@
 """Driver CPU per step of RayBackend as a function of chunks per step (digits, 1 and 2 workers).
 Fits coordinator_cpu = a + b * chunks: b is the per-chunk driver CPU, a the per-step part."""
-import json, os, sys, time, tempfile
+import json
+import os
+import tempfile
+
+import numpy as np
 import torch
+
 from hyperscalees.benchmarks.distributed import workloads, timed_steps
 from hyperscalees.distributed.ray import RayBackend, RayConfig, start_ray, stop_ray
 
@@ -23,7 +28,6 @@ finally:
     stop_ray()
 for w in (1, 2):
     rows = [r for r in out if r["workers"] == w]
-    import numpy as np
     x = np.array([r["chunks"] for r in rows], float); y = np.array([r["cpu_ms"] for r in rows], float)
     b, a = np.polyfit(x, y, 1)
     print(f"workers {w}: coordinator_cpu = {a:.2f} ms/step + {b:.3f} ms/chunk; load {os.getloadavg()}")

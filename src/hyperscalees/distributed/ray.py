@@ -24,7 +24,8 @@ apply on top). A node that dies takes its actors with it: their chunks are re-qu
 once late) and each slot gets a new actor, not waited for. Weights stay bit-identical to one process: the update
 depends only on the seeds and the shaped fitness in member order, never on who computed which chunk.
 
-Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting and stopping it).
+Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting and stopping it):
+``import hyperscalees`` never needs it.
 """
 from __future__ import annotations
 
@@ -170,7 +171,8 @@ class RayBackend(AbstractBackend):
                 log.info("worker %d ready on node %s at step %d", slot, self.node_of[slot][:12], self.es.step)
 
     def _lost(self, slot: int, why: str) -> None:
-        """Worker ``slot`` died (or its node did): start a new one from the coordinator's state, not waited for."""
+        """Worker ``slot`` died (or its node did): start a new one from the coordinator's state, not waited for,
+        or go on with fewer."""
         actor = self.actors.pop(slot, None)
         self.ready.discard(slot)
         if actor is not None:
