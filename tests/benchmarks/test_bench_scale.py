@@ -84,17 +84,20 @@ def test_rays_cost_per_chunk_splits_into_the_drivers_cpu_and_a_round_trip():
     assert bottleneck(serial, 100) == "coordinator"
 
 
-def test_what_if_node_coordinators_cut_the_drivers_calls_and_share_the_replay():
+def test_group_coordinators_cut_the_drivers_calls_and_a_shared_replay_would_cut_the_replay():
     c = Costs(population=8192, member_s=1e-3, replay_s=0.8, chunk_s=1e-3)
-    as_is, lifted = phases(c, 1000), phases(replace(c, node_size=8), 1000)
-    assert as_is["replay"] == 0.8 and lifted["replay"] == pytest.approx(0.1)      # one replay a node, 8 cores
-    assert lifted["coordinator"] < as_is["coordinator"] / 4                         # 125 nodes, not 3,000 calls
-    assert phases(replace(c, node_size=8), 1)["replay"] == 0.8                      # one worker: nothing to share
+    as_is, grouped = phases(c, 1000), phases(replace(c, group_size=8), 1000)
+    assert as_is["replay"] == grouped["replay"] == 0.8                              # every worker still replays
+    assert grouped["coordinator"] < as_is["coordinator"] / 4                        # 125 groups, not 3,000 calls
+    shared = phases(replace(c, group_size=8, shared_replay=True), 1000)
+    assert shared["replay"] == pytest.approx(0.1)                                   # one replay a group, 8 cores
+    assert phases(replace(c, group_size=8, shared_replay=True), 1)["replay"] == 0.8  # one worker: nothing to share
     eff = what_if(c, 8, workers=(1, 1000))
     assert eff[1000] > 2 * efficiency(c, 1000)
+    assert what_if(c, 8, workers=(1000,), shared_replay=True)[1000] > eff[1000]
     # a larger population: the replay grows with it, efficiency is against one worker at that population
     assert what_if(c, 1, population=16384, workers=(1,))[1] == pytest.approx(1.0)
     bigger = what_if(c, 1, population=65536, workers=(1000,))[1000]
     assert bigger > efficiency(c, 1000)
-    with pytest.raises(ValueError, match="node_size must be >= 1, got 0"):
-        phases(replace(c, node_size=0), 2)
+    with pytest.raises(ValueError, match="group_size must be >= 1, got 0"):
+        phases(replace(c, group_size=0), 2)

@@ -47,6 +47,14 @@ def test_the_local_backend_times_evaluate_shape_and_update_every_step():
     assert backend.report() == {}                      # the engine's summary of a local run is unchanged
 
 
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_driver_threads_must_be_a_positive_integer_or_none(bad):
+    from hyperscalees.distributed.ray_session import RayConfig
+    with pytest.raises(ValueError, match=rf"driver_threads must be an integer >= 1 or None, got {bad!r}"):
+        RayConfig(driver_threads=bad)
+    assert RayConfig(driver_threads=None).driver_threads is None and RayConfig().driver_threads == 1
+
+
 def test_a_replica_times_evaluation_wire_and_replay():
     r = Replica(recipe(), threads=None)
     assert r.phase_times() == {"steps": 0}
@@ -81,17 +89,24 @@ def test_ray_breaks_its_step_down_and_overlapping_the_replay_changes_no_weight(r
     local = LocalBackend(r, chunk=8)
     for _ in range(steps):
         local.step()
-    for overlap in (True, False):
-        backend = RayBackend(r, workers=2, chunk=8, hash_every=2)
+    outer = torch.get_num_threads()
+    for overlap, driver_threads in ((True, 1), (False, None)):
+        backend = RayBackend(r, workers=2, chunk=8, hash_every=2, driver_threads=driver_threads)
         backend.overlap_replay = overlap
+        replay, seen = backend.es.update, []
+        backend.es.update = lambda shaped: (seen.append(torch.get_num_threads()), replay(shaped))[1]
+        torch.set_num_threads(2)                          # the driver's replay runs at driver_threads all the same
         try:
             for i in range(steps):
                 if i == 3:
                     backend.reset_breakdown()            # the workers forget their first 3 steps too
                 backend.step()
+                assert torch.get_num_threads() == 2      # and the process's count is given back
             assert [g["steps"] for g in backend._read_worker_phases()] == [steps - 3] * 2
         finally:
+            torch.set_num_threads(outer)
             backend.close()
+        assert seen == [driver_threads or 2] * steps
         got = params(backend)
         assert all(torch.equal(got[k], v) for k, v in params(local).items()), f"overlap={overlap}: weights differ"
         report = backend.report()

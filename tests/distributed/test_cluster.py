@@ -390,3 +390,44 @@ def test_a_node_added_mid_run_is_used_from_the_next_step(driver):
     assert report["drift_repairs"] == report["rejected"] == 0, report  # queued updates kept it exact
     assert_same(got, local_weights(steps, chunk))
     kill("HS_NODE", "joined")
+
+
+def test_a_node_killed_mid_step_under_group_coordinators_loses_nothing(driver, tmp_path):
+    """Two groups of two workers (each group reserves one CPU: one group a node). The second node's raylet
+    is SIGKILLed while a worker of its group is inside a chunk of step 3: the group's coordinator and
+    workers die with it, the driver re-queues the group's chunk on the head's group, and the run ends
+    with the local run's weights."""
+    by_value()
+    head = only_the_head_alive(driver)
+    node = driver.add_node("doomed")
+    marker = tmp_path / "stalled"
+    replica = type("Stall", (StallOnNode,), {"NODE": node, "STEP": 3, "MARKER": str(marker)})
+    steps, chunk = 6, 16
+    killed = {}
+
+    def killer():
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for pid, cmdline in processes("HS_NODE", "doomed").items():
+            if "/raylet/raylet " in cmdline:
+                os.kill(pid, signal.SIGKILL)
+                killed["raylet"] = time.monotonic()
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    config = RayConfig(workers=4, group_size=2, cpus_per_worker=0.5, address=driver.address, straggler_timeout=5.0,
+                       hash_every=1)
+    with RayBackend(recipe, config, chunk=chunk, replica=replica) as backend:
+        for _ in range(steps):
+            backend.step()
+        got = {k: v.clone() for k, v in backend.model.state_dict().items()}
+        report = backend.report()
+        groups_on = sorted(backend.node_of.values())
+    thread.join(5)
+    assert "raylet" in killed, "step 3 never ran on the second node"
+    assert report["chunks_by_node"].get(node, 0) > 0 and report["chunks_by_node"].get(head, 0) > 0, report
+    assert report["restarts"] >= 1 and report["requeued"] + report["reissued"] >= 1, report
+    assert head in groups_on, groups_on
+    assert_same(got, local_weights(steps, chunk))
+    kill("HS_NODE", "doomed")

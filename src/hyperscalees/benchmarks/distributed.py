@@ -158,7 +158,9 @@ def ray_runs(log, names=("digits", "llm"), steps: int = 6, warmup: int = 2) -> d
     runs = {"local_1thread": lambda r, c: LocalBackend(r, chunk=c), "local": lambda r, c: LocalBackend(r, chunk=c),
             "ray_1": lambda r, c: RayBackend(r, workers=1, chunk=c),
             "ray_2": lambda r, c: RayBackend(r, workers=2, chunk=c),
-            "ray_2_replay_first": lambda r, c: RayBackend(r, workers=2, chunk=c)}
+            "ray_2_replay_first": lambda r, c: RayBackend(r, workers=2, chunk=c),
+            "ray_1_in_flight_2": lambda r, c: RayBackend(r, workers=1, chunk=c, in_flight=2),
+            "ray_2_in_flight_2": lambda r, c: RayBackend(r, workers=2, chunk=c, in_flight=2)}
     try:
         for name, (recipe, chunk) in workloads(names).items():
             out[name] = {}
@@ -219,12 +221,18 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
         rep.summary.update(local_ms_per_step=t["local"] * 1000, ray1_ms_per_step=t["ray_1"] * 1000,
                            ray2_ms_per_step=t["ray_2"] * 1000, speedup_2_over_1=t["ray_1"] / t["ray_2"],
                            load_average=[load0, os.getloadavg()[0]])
+        for w in runs:  # the acceptance's ratios: 1 worker against in-process at one thread, 2 against 1
+            rep.summary[f"{w}_ray1_over_local_1thread"] = {
+                f"ray_1{k}": runs[w][f"ray_1{k}"][0] / runs[w]["local_1thread"][0] for k in ("", "_in_flight_2")}
+            rep.summary[f"{w}_speedup_2_over_1"] = {
+                f"in_flight_{n}": runs[w][f"ray_1{k}"][0] / runs[w][f"ray_2{k}"][0] for n, k in ((1, ""), (2, "_in_flight_2"))}
         rep.details["ray"] = {w: {r: {"ms_per_step": v[0] * 1000, "breakdown_ms": v[1]} for r, v in by.items()}
                               for w, by in runs.items()}
         rep.notes.append("ray: digits (population 2048, chunk 512) and LLM population generation (tiny random "
                          "Llama, 64 members x 2 prompts x 32 tokens, chunk 16), median of 6 steps after 2; "
                          "local_1thread has one torch thread, as each Ray worker; ray_2_replay_first: the driver "
-                         "replays the update before sending it (the order before the cut); every process shares "
+                         "replays the update before sending it (the order before the cut); *_in_flight_2: each "
+                         "worker's next chunk queued behind its running one (in_flight=2); every process shares "
                          f"this machine's {os.cpu_count()} cores (load average before/after in load_average)")
     rep.notes.append(f"simulated workers: threads sleeping {c['chunk_ms']} ms per chunk; coordinator CPU is "
                      "time.thread_time of its thread (queue, decode, concatenation, shaped encode)")

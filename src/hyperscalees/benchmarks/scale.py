@@ -50,7 +50,9 @@ SMOLLM2_MN = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
 PER_COMPLETION = (36.5 / 128, 48)
 COUNTDOWN = dict(population=1536, rank=1, tokens=256)  # the seeds' regime (stated)
 PHASES = ("evaluation", "granularity", "coordinator", "wire", "shape", "replay")
-WHAT_IF = ((1, 16384), (8, COUNTDOWN["population"]), (8, 16384))   # (workers a node, population): the lifts priced for SmolLM2
+# SmolLM2 with the lifts: (label, group size, population, shared replay); groups are built, a shared replay is not
+WHAT_IF = (("flat, P=16384", 1, 16384, False), ("groups of 8, P=1536", 8, COUNTDOWN["population"], False),
+           ("groups of 8, P=16384", 8, 16384, False), ("groups of 8 + shared replay (not built), P=16384", 8, 16384, True))
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class Costs:
     bandwidth: float = math.inf
     chunks_per_worker: int = 2
     pair: int = 2
-    node_size: int = 1            # > 1: what-if, see :func:`phases`; 1 is the backend as it is
+    group_size: int = 1           # > 1: a coordinator per group of workers (RayConfig.group_size), see :func:`phases`
+    shared_replay: bool = False   # what-if, not built: one replay per group, its rows split over the group's cores
 
     def __post_init__(self):
         if self.population < self.pair or self.member_s < 0:
@@ -79,14 +82,14 @@ class Costs:
 def phases(c: Costs, workers: int) -> dict[str, float]:
     """Seconds of each phase of one step at ``workers`` workers (their sum is the step).
 
-    ``node_size`` > 1 prices two lifts that do not exist yet, for the docs' what-if: a coordinator per
-    node of ``node_size`` workers (the driver exchanges one call a round and one update with each node;
-    each node's coordinator hands out its own workers' chunks, the nodes in parallel; one more hop of
-    latency), and one update replay per node, its rows split across the node's cores (shared memory)."""
+    ``group_size`` > 1 prices the group coordinators (``RayConfig(group_size=k)``, ``distributed/ray_groups.py``):
+    the driver exchanges one call a round and one update with each group; each group's coordinator hands out
+    its own workers' chunks, the groups in parallel; one more hop of latency. ``shared_replay`` prices a lift
+    not built: one update replay per group, its rows split across the group's cores (shared memory)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    if c.node_size < 1:
-        raise ValueError(f"node_size must be >= 1, got {c.node_size}")
+    if c.group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {c.group_size}")
     pairs = -(-c.population // c.pair)
     per_worker = -(-pairs // workers)                       # pairs the busiest worker runs
     chunks = min(pairs, c.chunks_per_worker * workers)
@@ -95,16 +98,16 @@ def phases(c: Costs, workers: int) -> dict[str, float]:
     evaluation = per_worker * c.pair * c.member_s
     calls = chunks + workers                                 # chunk results in, updates out: the driver's
     hops = 1
-    if c.node_size > 1:
-        nodes = -(-workers // c.node_size)
-        calls = (rounds + 1) * nodes + -(-chunks // nodes) + min(c.node_size, workers)   # driver's, then one node's
+    if c.group_size > 1:
+        groups = -(-workers // c.group_size)
+        calls = (rounds + 1) * groups + -(-chunks // groups) + min(c.group_size, workers)  # driver's, then a group's
         hops = 2
     coordinator = calls * c.chunk_s + c.population * c.result_bytes * c.byte_s
     exposed = max(coordinator - evaluation, coordinator / rounds)   # the last round is never hidden
     wire_s = hops * (2 * rounds + 1) * c.latency_s + \
         (c.population * c.result_bytes + workers * c.update_bytes) / c.bandwidth
     return {"evaluation": useful, "granularity": evaluation - useful, "coordinator": exposed, "wire": wire_s,
-            "shape": c.shape_s, "replay": c.replay_s / min(c.node_size, workers)}
+            "shape": c.shape_s, "replay": c.replay_s / (min(c.group_size, workers) if c.shared_replay else 1)}
 
 
 def step_time(c: Costs, workers: int) -> float:
@@ -127,13 +130,14 @@ def predict(c: Costs, workers=WORKERS) -> dict:
             "bottleneck": {w: bottleneck(c, w) for w in workers}}
 
 
-def what_if(c: Costs, node_size: int, population: int | None = None, workers=WORKERS) -> dict[int, float]:
-    """Efficiency at each worker count with ``node_size`` workers a node (see :func:`phases`) and
-    ``population`` members (replay and update scaled with it), against one worker of the backend as it is."""
+def what_if(c: Costs, group_size: int, population: int | None = None, workers=WORKERS,
+            shared_replay: bool = False) -> dict[int, float]:
+    """Efficiency at each worker count with groups of ``group_size`` (see :func:`phases`), ``population``
+    members (replay and update scaled with it) and ``shared_replay``, against one flat worker as it is."""
     scale = (population or c.population) / c.population
     base = replace(c, population=population or c.population, replay_s=c.replay_s * scale,
                    update_bytes=c.update_bytes * scale)
-    lifted = replace(base, node_size=node_size)
+    lifted = replace(base, group_size=group_size, shared_replay=shared_replay)
     t1 = step_time(base, 1)
     return {w: t1 / (w * step_time(lifted, w)) for w in workers}
 
@@ -313,8 +317,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
     rep.summary["bottleneck_by_workers"] = {n: {str(w): b for w, b in p["bottleneck"].items()}
                                             for n, p in predictions.items()}
     llm = workloads["smollm2-countdown"]
-    rep.summary["what_if_smollm2"] = {f"{n} workers a node, P={p}": {str(w): e for w, e in what_if(llm, n, p).items()}
-                                      for n, p in WHAT_IF}
+    rep.summary["what_if_smollm2"] = {label: {str(w): e for w, e in what_if(llm, k, p, shared_replay=shared).items()}
+                                      for label, k, p, shared in WHAT_IF}
     rep.details["costs"] = {n: vars(c) for n, c in costs.items()}
     rep.details["phases_s"] = {n: {str(w): phases(c, w) for w in WORKERS} for n, c in workloads.items()}
     rep.details["measured"] = measured
@@ -325,9 +329,9 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
     rep.notes.append(f"stated network: {LATENCY_S * 1e6:g} us one-way latency, {BANDWIDTH * 8 / 1e9:g} Gb/s at the "
                      "driver; every worker one CPU thread like the measurements (a faster device shrinks "
                      "evaluation and replay alike, and makes the fixed coordinator and wire costs weigh more)")
-    rep.notes.append("what_if_smollm2: not the backend as it is, the two lifts the docs name priced by the same "
-                     "costs: a coordinator per node (the driver's calls per node, not per chunk) and one replay "
-                     "per node split across its cores; efficiency against one worker as it is")
+    rep.notes.append("what_if_smollm2: SmolLM2 with group coordinators (--group-size 8: the driver's calls per "
+                     "group, not per chunk), a larger population, and one replay per group split across its cores "
+                     "(not built), priced by the same costs; efficiency against one flat worker")
     rep.notes.append(f"smollm2-countdown: P={COUNTDOWN['population']}, rank {COUNTDOWN['rank']}, "
                      f"{COUNTDOWN['tokens']} new tokens; replay = s/MAC measured on a 576x1536 matrix x P*r*{SMOLLM2_MN:,} MACs; "
                      "a completion from a measured SmolLM2 step (docs/results/archive.md), not stepped here")

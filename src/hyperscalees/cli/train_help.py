@@ -72,6 +72,12 @@ HELP = {
     "max_restarts": "new actors per worker slot after deaths before continuing with fewer workers",
     "dashboard": "start Ray's dashboard (local Ray only, on 127.0.0.1)",
     "temp_dir": "directory for a local Ray's session files (default: Ray's, /tmp/ray)",
+    "in_flight": "chunks a worker is handed at once: 2 queues the next behind the running one (an actor runs its "
+                 "calls in order), hiding the round trip between them; 1 waits for each result",
+    "group_size": "workers per group coordinator: the driver hands chunks to groups of this many workers, each "
+                  "group on one node run by its own coordinator (1: the driver hands every worker its chunks)",
+    "driver_threads": "torch threads for the driver's own replay of each update; more spin on after it and "
+                      "cost the coordinator CPU (default 1, as each worker; the bits do not depend on it)",
 }
 METAVARS = {"checkpoint_minutes": "MINUTES", "snapshot_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
             "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",

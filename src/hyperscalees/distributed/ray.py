@@ -7,15 +7,8 @@ coordinator expects, anything refused is logged and recomputed. Then the coordin
 shaped vector to every worker and applies the identical update to its own replica (the one the engine
 checkpoints) while they do: O(population) bits a step, never the weights.
 
-    coordinator (driver)                         worker actors (Replica)
-    ask: step s, chunks c0..cn ──evaluate(s,lo,hi)──▶ perturbed forward of [lo, hi)
-          ◀──── RESULT(s, lo, n, fitness) ───────── (ternary or float32, CRC-32)
-    decode; refuse → log, re-queue
-    late chunk → copy to an idle worker
-    all chunks in → shape, send, update own replica (overlapping the workers' replay)
-          ──── SHAPED(s, 0, P) [+ hash every K] ──▶ same update; hash differs → refuse work
-    dead worker → re-queue its chunk, start a new actor from the coordinator's state
-    new actor → no chunks until it is up (Ray places it: now, or when a node joins)
+Drawn in ``docs/guide/backends.md``. With ``group_size`` k > 1 the driver's actors are group coordinators
+(``ray_groups.py``), each the driver of k workers on one node: the driver's calls are per group, not per worker.
 
 Elastic membership: Ray is asked for ``max_workers`` actors (default ``workers``). An actor gets chunks once it
 is up; one Ray cannot place yet waits in Ray's queue, and starts on the first node that joins with room for it;
@@ -24,21 +17,23 @@ apply on top). A node that dies takes its actors with it: their chunks are re-qu
 once late) and each slot gets a new actor, not waited for. Weights stay bit-identical to one process: the update
 depends only on the seeds and the shaped fitness in member order, never on who computed which chunk.
 
-Ray is imported lazily, here and in ``ray_session.py`` (its settings, starting and stopping it):
-``import hyperscalees`` never needs it.
+Ray is imported lazily, here and in ``ray_session.py`` (its settings, start, stop): ``import hyperscalees`` needs none.
 """
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 
 import torch
 
 from ..nn.evaluate import join_chunks
+from ..ops.fixed_order import torch_threads
 from .base import AbstractBackend
 from .coordinator import ChunkQueue, ChunkTimes, Counters, split
 from .recipe import check_distributable, fitness_state
-from .replica import Replica, ReplicaDrift, coordinator_state, state_hash
+from .replica import Replica, ReplicaDrift, coordinator_state, state_hash, unbundle
+from .ray_report import RayReports
 from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, import_ray, start_ray,  # noqa: F401
                           stop_ray)  # stop_ray: re-exported
 from . import wire
@@ -53,7 +48,7 @@ def _ready_on_node(replica) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-class RayBackend(AbstractBackend):
+class RayBackend(RayReports, AbstractBackend):
     """Chunks pulled by Ray worker actors, each a :class:`Replica` built from the recipe;
     bit-identical to :class:`~.local.LocalBackend`.
 
@@ -77,7 +72,10 @@ class RayBackend(AbstractBackend):
         if device.type == "cuda" and not self.config.gpus_per_worker:
             raise ValueError(f"a model on {device} needs gpus_per_worker > 0 on Ray workers (Ray hides GPUs "
                              "from actors that reserve none)")
-        self.replica_cls = replica
+        self.replica_cls, self.replica_kwargs = replica, {}
+        if self.config.group_size > 1:  # the driver's actors coordinate groups (imported here: it imports this)
+            from .ray_groups import GroupLead, lead_options
+            self.replica_cls, self.replica_kwargs = GroupLead, lead_options(self.config, replica)
         self.counters, self.times = Counters(), ChunkTimes(self.config.straggler_timeout)
         self.rejected = self.drift_repairs = self.restarts = 0
         self.step_times: dict[int, float] = {}
@@ -111,20 +109,23 @@ class RayBackend(AbstractBackend):
         self._owns_ray = start_ray(self.config)
         self._ray = import_ray(local=self.config.address is None)
         ray = self._ray
-        self._actor_cls = ray.remote(self.replica_cls).options(num_cpus=self.config.cpus_per_worker,
-                                                               num_gpus=self.config.gpus_per_worker, max_restarts=0,
-                                                               max_task_retries=0)
+        self._actor_cls = ray.remote(self.replica_cls).options(**self._actor_options())
         for slot in range(self.config.slots):
             self._spawn(slot)
         deadline = time.monotonic() + self.config.startup_timeout
-        while len(self.ready) < self.config.workers:
+        while len(self.ready) < self.config.leads:
             left = deadline - time.monotonic()
             if left <= 0 or not self.starting:
-                raise RuntimeError(f"{self.config.workers} workers did not start within {self.config.startup_timeout:g}"
+                raise RuntimeError(f"{self.config.leads} actors did not start within {self.config.startup_timeout:g}"
                                    f" s: does the cluster have {self.config.cpus_per_worker:g} CPU(s) and "
                                    f"{self.config.gpus_per_worker:g} GPU(s) free for each? {len(self.ready)} up "
                                    f"{cluster_view(ray)}")
             self._poll_starting(timeout=left, fatal=True)
+
+    def _actor_options(self) -> dict:
+        """What each actor reserves (a group's coordinator: its workers' CPUs) and how Ray places it."""
+        cpus = self.config.cpus_per_worker * self.config.group_size
+        return dict(num_cpus=cpus, num_gpus=self.config.gpus_per_worker, max_restarts=0, max_task_retries=0)
 
     def _state_ref(self):
         """The coordinator's current state in Ray's object store, made once per step."""
@@ -141,7 +142,7 @@ class RayBackend(AbstractBackend):
         gen = self.generation.get(slot, -1) + 1
         self.generation[slot] = gen
         state = self._state_ref()
-        self.actors[slot] = self._actor_cls.remote(self.recipe, state, 1, slot, gen)
+        self.actors[slot] = self._actor_cls.remote(self.recipe, state, 1, slot, gen, **self.replica_kwargs)
         self.starting[self.actors[slot].__ray_call__.remote(_ready_on_node)] = (slot, gen, state)
 
     def _poll_starting(self, timeout: float | None = 0, fatal: bool = False) -> None:
@@ -206,13 +207,21 @@ class RayBackend(AbstractBackend):
 
     # -- one step ----------------------------------------------------------------------------
     def evaluate(self):
+        es = self.es
+        results = self.run_chunks(split(es.population, self.chunk or self.default_chunk(es.population)))
+        added = [s for _, state in results for s in unbundle(state)]
+        if any(state is not None for state in added):  # in member order: the operations of one process
+            self.fitness.merge(es.model, es.step, added)
+        return join_chunks([values for values, _ in results])
+
+    def run_chunks(self, chunks: list) -> list:
+        """Each chunk's (values, what a stateful fitness added) from the workers, in member order."""
         self.start()
         es = self.es
         t0, cpu0 = time.perf_counter(), time.process_time()
         self._drain_updates()
         self._poll_starting()
-        queue = ChunkQueue(es.step, split(es.population, self.chunk or self.default_chunk(es.population)),
-                           self.times, self.counters)
+        queue = ChunkQueue(es.step, chunks, self.times, self.counters)
         while not queue.done:
             idle = self._assign(queue)
             if not self.inflight and not self.starting:
@@ -236,25 +245,25 @@ class RayBackend(AbstractBackend):
                     elif ref in self.starting:
                         self._poll_starting()
         self.step_times[es.step] = time.perf_counter() - t0
-        # what no worker can share: the driver process's CPU (every thread, Ray's own too) while it hands
-        # out and collects chunks; its wall time is mostly waiting (bench scale's serial cost per chunk)
+        # what no worker shares: the driver's CPU (every thread, Ray's too) handing out and collecting chunks
         self.phases.add("coordinator_cpu", time.process_time() - cpu0)
-        results = queue.results()
-        added = [state for _, state in results]
-        if any(state is not None for state in added):  # in member order: the operations of one process
-            self.fitness.merge(es.model, es.step, added)
-        return join_chunks([values for values, _ in results])
+        return queue.results()
 
     def _assign(self, queue: ChunkQueue) -> int:
-        """Hand each idle ready worker its next chunk; returns how many ready workers stay idle."""
-        busy = {v[0] for v in self.inflight.values()}
-        for slot in sorted(self.ready - busy):
-            c = queue.assign(slot)
-            if c is not None:
-                ref = self.actors[slot].evaluate.remote(queue.step, c.lo, c.hi)
-                self.inflight[ref] = (slot, self.generation[slot], queue.step, c)
-                busy.add(slot)
-        return len(self.ready - busy)
+        """Give each ready worker chunks up to ``in_flight`` (one each first, in slot order; a worker runs its
+        calls in order, so a second one waits behind the first, hiding the round trip between them);
+        returns how many ready workers have room left."""
+        held = Counter(v[0] for v in self.inflight.values())
+        for _ in range(self.config.in_flight):
+            for slot in sorted(self.ready):
+                if held[slot] >= self.config.in_flight:
+                    continue
+                c = queue.assign(slot)
+                if c is not None:
+                    ref = self.actors[slot].evaluate.remote(queue.step, c.lo, c.hi)
+                    self.inflight[ref] = (slot, self.generation[slot], queue.step, c)
+                    held[slot] += 1
+        return sum(1 for slot in self.ready if held[slot] < self.config.in_flight)
 
     def default_chunk(self, population: int) -> int:
         """Two chunks per worker slot (whole antithetic pairs): a straggler's chunk is half its share.
@@ -274,6 +283,8 @@ class RayBackend(AbstractBackend):
                 self._lost(slot, why)
             if step == queue.step:
                 queue.fail(c.index, slot, f"worker {slot} died ({why})")
+                if not stale:           # what it held behind that chunk (in_flight > 1), its refs dropped by _lost
+                    queue.forget(slot)
             return
         except ray.exceptions.RayTaskError as e:
             if not isinstance(e.cause, ReplicaDrift):
@@ -314,15 +325,17 @@ class RayBackend(AbstractBackend):
             message = wire.encode(wire.SHAPED, es.step, 0, shaped, encoding)  # lossless either way
         state = fitness_state(self.fitness)
         state = self._ray.put(state) if state else None  # merged: every chunk's share
+        # at driver_threads (1): a noise draw's OpenMP threads spin on into the next step's coordinating (same bits)
+        threads = torch_threads(self.config.driver_threads or torch.get_num_threads())
         if not self.overlap_replay:
-            with self.phases("replay"):
+            with self.phases("replay"), threads:
                 metrics = es.update(shaped)
         for slot in sorted(self.ready):                  # one still starting loads the state once up
             actor = self.actors[slot]
             self.updates.append((slot, self.generation[slot], actor.update.remote(message, None, state)))
             self.bytes_out += len(message)
         if self.overlap_replay:
-            with self.phases("replay"):
+            with self.phases("replay"), threads:
                 metrics = es.update(shaped)
         k = self.config.hash_every
         if k and es.step % k == 0:
@@ -333,8 +346,7 @@ class RayBackend(AbstractBackend):
         return metrics
 
     def reload(self) -> None:
-        """Every worker loads the driver's state after what it has queued (an actor runs its calls in
-        order); a worker started later is spawned from it anyway."""
+        """Every worker loads the driver's state after its queued calls; one started later is spawned from it."""
         if not self.started:
             return
         self._state = (None, None)  # the same step, another state: put it again
@@ -362,36 +374,3 @@ class RayBackend(AbstractBackend):
                 log.warning("worker %d failed to apply an update (%s); it will be re-sent the state",  # refused
                             slot, first_line(e.cause if e.cause is not None else e))
         self.updates = keep
-
-    def _read_worker_phases(self) -> list[dict]:
-        """Every live worker's ``phase_times()`` (one call each, at the end; [] if they cannot answer)."""
-        if self._ray is None or not self.actors:
-            return self._worker_phases
-        try:
-            return self._ray.get([self.actors[slot].phase_times.remote() for slot in sorted(self.ready)], timeout=30)
-        except (self._ray.exceptions.RayError, AttributeError):
-            return []
-
-    def reset_breakdown(self) -> None:
-        super().reset_breakdown()
-        for slot in sorted(self.ready):       # after the calls already queued on each actor
-            self.actors[slot].reset_phases.remote()
-
-    def breakdown(self) -> dict:
-        """Mean ms per step: the driver's phases, and each phase of a worker (mean over workers)."""
-        out = super().breakdown()
-        got = self._read_worker_phases() if self.actors else self._worker_phases
-        steps = self.phases.steps
-        if got and steps:
-            names = {k for g in got for k in g if k != "steps"}
-            out["workers"] = {k: 1000 * sum(g.get(k, 0.0) for g in got) / len(got) / steps for k in sorted(names)}
-        return out
-
-    def report(self) -> dict:
-        """What the coordinator counted over the run."""
-        c = self.counters
-        return {"workers": len(self.ready) or self._workers_at_close, "assigned": c.assigned, "reissued": c.reissued,
-                "duplicates": c.duplicates, "failed": c.failed, "requeued": c.requeued, "rejected": self.rejected,
-                "drift_repairs": self.drift_repairs, "restarts": self.restarts, "bytes_in": self.bytes_in,
-                "bytes_out": self.bytes_out, "median_chunk_s": self.times.median, "breakdown_ms": self.breakdown(),
-                "chunks_by_node": dict(self.chunks_by_node)}

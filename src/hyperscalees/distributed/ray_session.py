@@ -35,6 +35,9 @@ class RayConfig:
     dashboard: bool = False                 # start Ray's dashboard (local Ray only, on 127.0.0.1)
     temp_dir: str | None = None             # Ray's session files (local Ray only; default: Ray's)
     startup_timeout: float = 300.0          # seconds to wait for the workers to come up
+    driver_threads: int | None = 1          # torch threads for the driver's own replay (None: the process's)
+    in_flight: int = 1                      # chunks a worker holds at once (2: the next waits behind the running one)
+    group_size: int = 1                     # workers per group coordinator on one node (1: the driver, every worker)
     max_workers: int | None = field(default=None, metadata={"help": (
         "elastic: up to this many workers, the ones beyond --workers started by Ray when a node joins or capacity "
         "frees up, and used as soon as they are ready (default: --workers)")})
@@ -49,6 +52,19 @@ class RayConfig:
             raise ValueError(f"straggler_timeout must be > 0 seconds, got {self.straggler_timeout!r}")
         if self.max_workers is not None and self.max_workers < self.workers:
             raise ValueError(f"max_workers must be >= workers ({self.workers}), got {self.max_workers!r}")
+        if self.driver_threads is not None and (isinstance(self.driver_threads, bool) or
+                                                not isinstance(self.driver_threads, int) or self.driver_threads < 1):
+            raise ValueError(f"driver_threads must be an integer >= 1 or None, got {self.driver_threads!r}")
+        if isinstance(self.in_flight, bool) or not isinstance(self.in_flight, int) or self.in_flight < 1:
+            raise ValueError(f"in_flight must be an integer >= 1, got {self.in_flight!r}")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
+            raise ValueError(f"group_size must be an integer >= 1, got {self.group_size!r}")
+        for name in ("workers", "max_workers"):
+            if (getattr(self, name) or 0) % self.group_size:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be a multiple of group_size ({self.group_size})")
+        if self.group_size > 1 and self.gpus_per_worker:
+            raise ValueError(f"group_size > 1 needs CPU workers (gpus_per_worker {self.gpus_per_worker!r}): a group's "
+                             "workers hold none of the CPUs or GPUs their group reserves, and Ray hides GPUs from them")
         if self.hash_every < 0 or self.max_restarts < 0:
             raise ValueError(f"hash_every and max_restarts must be >= 0, got {self.hash_every!r} and "
                              f"{self.max_restarts!r}")
@@ -56,8 +72,13 @@ class RayConfig:
 
     @property
     def slots(self) -> int:
-        """Worker actors asked of Ray: ``max_workers``, else ``workers``."""
-        return self.max_workers or self.workers
+        """Actors the driver asks of Ray: ``max_workers``, else ``workers`` (in groups: one per group)."""
+        return (self.max_workers or self.workers) // self.group_size
+
+    @property
+    def leads(self) -> int:
+        """Actors the driver waits for at the start: the workers, or their groups' coordinators."""
+        return self.workers // self.group_size
 
 
 def import_ray(local: bool):

@@ -53,6 +53,17 @@ def ternary_results(es) -> bool:
     return any(shaping is SHAPINGS[n] for n in ("pair_sign", "ternary")) and not es.config.baseline_every
 
 
+class BundledStates(tuple):
+    """What a stateful fitness added in each of a group's chunks, in member order: a group's coordinator
+    (``ray_groups.py``) answers for its range with the list, and the driver merges them one by one, so
+    the merge sees the same chunks as a flat run's."""
+
+
+def unbundle(state) -> tuple:
+    """A chunk's added state as the sequence the driver merges (a group's several, anyone else's one)."""
+    return tuple(state) if isinstance(state, BundledStates) else (state,)
+
+
 def coordinator_state(es, fitness) -> dict:
     """Everything a new or repaired replica loads: parameters, optimizer, fitness state."""
     sd = es.state_dict()

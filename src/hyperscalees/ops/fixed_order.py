@@ -50,6 +50,17 @@ def _workers(n: int) -> ThreadPoolExecutor:
 
 
 @contextmanager
+def torch_threads(n: int):
+    """torch at ``n`` threads inside, the caller's count again after."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@contextmanager
 def fixed_threads():
     """torch's OpenMP held at one thread inside; :func:`addmm_blocks_` uses the caller's count."""
     outer = getattr(_state, "threads", None)

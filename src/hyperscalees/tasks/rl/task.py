@@ -17,7 +17,6 @@ the project's 2-core machine (issue #10), so rollouts and evaluations run on
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ...models.policy import Policy
+from ...ops.fixed_order import torch_threads
 from ...noise.keys import fold_in, pair_keys
 from ...models.mlp import ACTIVATIONS
 from ..base import ACTIVATION_HELP, AbstractTask, check_options, option
@@ -85,16 +85,6 @@ class RLOptions:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 class RLTask(AbstractTask):

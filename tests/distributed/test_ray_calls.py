@@ -1,0 +1,144 @@
+"""The settings that cut what the driver's calls cost: chunks in flight (``RayConfig(in_flight=2)``: a
+worker's next chunk waits behind its running one) and group coordinators (``group_size=k``: the driver
+hands chunks to groups of k workers, each group's coordinator to its own workers on its own node). The
+weights stay the local run's bit for bit, through deaths and a stateful fitness."""
+import shutil
+import tempfile
+
+import pytest
+import torch
+
+from hyperscalees.distributed import LocalBackend, RayConfig
+from hyperscalees.engine import make_config, run
+from hyperscalees.engine.recipe import TaskRecipe
+from faulty import faulty
+from kept_environ import ray_home
+
+pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup one worker runs every Ray test: one Ray
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"in_flight": 0}, r"in_flight must be an integer >= 1, got 0"),
+    ({"group_size": 0}, r"group_size must be an integer >= 1, got 0"),
+    ({"group_size": True}, r"group_size must be an integer >= 1, got True"),
+    ({"workers": 3, "group_size": 2}, r"workers \(3\) must be a multiple of group_size \(2\)"),
+    ({"workers": 2, "max_workers": 5, "group_size": 2}, r"max_workers \(5\) must be a multiple of group_size \(2\)"),
+    ({"workers": 2, "group_size": 2, "gpus_per_worker": 1.0}, r"group_size > 1 needs CPU workers"),
+])
+def test_group_settings_that_cannot_work_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        RayConfig(**settings)
+
+
+def test_the_driver_waits_for_and_chunks_over_groups():
+    c = RayConfig(workers=8, max_workers=12, group_size=4)
+    assert (c.leads, c.slots) == (2, 3)
+    assert (RayConfig(workers=3).leads, RayConfig(workers=3).slots) == (3, 3)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    from hyperscalees.distributed.ray import start_ray
+    home, temp = tempfile.mkdtemp(prefix="hsh", dir="/tmp"), tempfile.mkdtemp(prefix="hsr", dir="/tmp")
+    with ray_home(home):
+        assert start_ray(RayConfig(workers=2, temp_dir=temp))   # 2 CPUs
+        yield ray
+        ray.shutdown()
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def weights(backend) -> dict:
+    return {k: v.clone() for k, v in backend.model.state_dict().items()}
+
+
+def local_weights(recipe, steps: int, chunk: int) -> dict:
+    with LocalBackend(recipe, chunk=chunk) as local:
+        for _ in range(steps):
+            local.step()
+        return weights(local)
+
+
+def test_two_groups_of_two_equal_the_local_run_and_the_driver_calls_each_group(ray_local):
+    """4 workers in 2 groups (each reserving its 2 workers' half CPUs): per step the driver hands out 4
+    chunks (two per group), not 8; each group splits its chunk over its own 2 workers."""
+    from hyperscalees.distributed import RayBackend
+    recipe, steps = TaskRecipe(make_config("xor", es={"seed": 3, "population": 32}).to_dict()), 6
+    backend = RayBackend(recipe, RayConfig(workers=4, group_size=2, cpus_per_worker=0.5, hash_every=2))
+    with backend:
+        for _ in range(steps):
+            backend.step()
+        got, report = weights(backend), backend.report()
+        assert len(backend.ready) == 2                          # the driver's actors: the groups
+    assert report["assigned"] == 4 * steps and report["workers"] == 4, report
+    assert report["drift_repairs"] == report["rejected"] == report["failed"] == 0, report
+    assert {"evaluate", "wire", "replay"} <= set(report["breakdown_ms"]["workers"])   # the groups' own phases
+    expected = local_weights(recipe, steps, chunk=2)            # the groups' sub-chunks: 8 members over 2 workers
+    assert all(torch.equal(got[k], v) for k, v in expected.items()), "weights differ from the local run"
+
+
+def test_a_worker_that_dies_inside_a_group_is_replaced_by_its_group(ray_local, tmp_path, no_plot):
+    """Worker 0 of each group dies mid-chunk at step 3: each group re-queues the chunk on its other worker
+    and starts a new one; the driver sees no failure, and the weights are the local run's."""
+    made = []
+
+    def backend(recipe, chunk):
+        from hyperscalees.distributed import RayBackend
+        made.append(RayBackend(recipe, RayConfig(workers=4, group_size=2, cpus_per_worker=0.5), chunk=chunk,
+                               replica=faulty({0: {"die": 3}})))
+        return made[-1]
+
+    cfg = make_config("xor", es={"seed": 7}, engine={"steps": 6, "chunk": 64, "out": str(tmp_path / "ray")})
+    ray_summary = run(cfg, backend)
+    report = made[0].report()
+    assert report["failed"] == report["restarts"] == 0 and len(made[0].step_times) == 6, report
+    local = make_config("xor", es={"seed": 7}, engine={"steps": 6, "chunk": 16, "out": str(tmp_path / "local")})
+    assert run(local, LocalBackend)["metrics"] == ray_summary["metrics"]
+    from safetensors.torch import load_file
+    (a,), (b,) = (list((tmp_path / n).glob("model-*.safetensors")) for n in ("ray", "local"))
+    got, expected = load_file(str(a)), load_file(str(b))
+    assert all(torch.equal(got[k], v) for k, v in expected.items())
+
+
+def test_rl_observation_statistics_through_groups_equal_the_local_run(ray_local, tmp_path, no_plot):
+    """A stateful fitness: each group answers with its sub-chunks' states, merged one by one by the driver
+    as the local run merges its chunks' (chunk 2: the groups' sub-chunks of the driver's chunks of 4)."""
+    pytest.importorskip("gymnasium")
+    from hyperscalees.distributed import RayBackend
+    es, options = {"seed": 3, "population": 16}, {"max_steps": 20, "hidden": 8, "layers": 1, "eval_episodes": 2}
+    out = {}
+    for name, chunk, backend in (
+            ("ray", 4, lambda r, chunk: RayBackend(r, RayConfig(workers=2, group_size=2, hash_every=1), chunk=chunk)),
+            ("local", 2, LocalBackend)):
+        cfg = make_config("rl", es=es, engine={"steps": 4, "chunk": chunk, "out": str(tmp_path / name)},
+                          options=options)
+        out[name] = run(cfg, backend)
+    assert out["ray"]["metrics"] == out["local"]["metrics"]     # env_steps and evaluation returns included
+    assert out["ray"]["backend"]["workers"] == 2
+
+
+def test_two_chunks_in_flight_equal_the_local_run_and_survive_a_death_without_waiting(ray_local, tmp_path, no_plot):
+    """in_flight=2: each worker is handed its second chunk before its first is back. Worker 0 dies inside a
+    chunk of step 3 with another queued behind it: both go back to the queue at once (not after the
+    30 s straggler timeout), a new worker takes its slot, and the weights are the local run's."""
+    from hyperscalees.distributed import RayBackend
+    made = []
+
+    def backend(recipe, chunk):
+        made.append(RayBackend(recipe, RayConfig(workers=2, in_flight=2, straggler_timeout=30.0), chunk=chunk,
+                               replica=faulty({0: {"die": 3}})))
+        return made[-1]
+
+    cfg = make_config("xor", es={"seed": 7}, engine={"steps": 6, "chunk": 32, "out": str(tmp_path / "ray")})
+    ray_summary = run(cfg, backend)
+    b = made[0]
+    report = b.report()
+    assert report["restarts"] == 1 and report["requeued"] >= 2, report   # the running chunk and the one behind it
+    assert b.step_times[3] < 20, b.step_times                           # not the straggler timeout
+    local = make_config("xor", es={"seed": 7}, engine={"steps": 6, "chunk": 32, "out": str(tmp_path / "local")})
+    assert run(local, LocalBackend)["metrics"] == ray_summary["metrics"]
+    from safetensors.torch import load_file
+    (a,), (c,) = (list((tmp_path / n).glob("model-*.safetensors")) for n in ("ray", "local"))
+    got, expected = load_file(str(a)), load_file(str(c))
+    assert all(torch.equal(got[k], v) for k, v in expected.items())
