@@ -142,3 +142,15 @@ def test_two_chunks_in_flight_equal_the_local_run_and_survive_a_death_without_wa
     (a,), (c,) = (list((tmp_path / n).glob("model-*.safetensors")) for n in ("ray", "local"))
     got, expected = load_file(str(a)), load_file(str(c))
     assert all(torch.equal(got[k], v) for k, v in expected.items())
+
+
+def test_groups_that_find_no_room_fail_with_what_each_needs(ray_local):
+    """Two groups of two 1-CPU workers on the 2-CPU Ray: each group reserves 2 CPUs, so one cannot start;
+    the start gives up after its timeout naming groups and what each needs."""
+    from hyperscalees.distributed import RayBackend
+    recipe = TaskRecipe(make_config("xor", es={"seed": 3, "population": 32}).to_dict())
+    backend = RayBackend(recipe, RayConfig(workers=4, group_size=2, startup_timeout=5.0))
+    with pytest.raises(RuntimeError, match=r"2 groups of 2 workers did not start within 5 s: does the cluster have 2 "
+                                           r"CPU\(s\) and 0 GPU\(s\) free for each\? [01] up \(Ray sees 1 node"):
+        with backend:
+            backend.step()

@@ -116,10 +116,11 @@ class RayBackend(RayReports, AbstractBackend):
         while len(self.ready) < self.config.leads:
             left = deadline - time.monotonic()
             if left <= 0 or not self.starting:
-                raise RuntimeError(f"{self.config.leads} actors did not start within {self.config.startup_timeout:g}"
-                                   f" s: does the cluster have {self.config.cpus_per_worker:g} CPU(s) and "
-                                   f"{self.config.gpus_per_worker:g} GPU(s) free for each? {len(self.ready)} up "
-                                   f"{cluster_view(ray)}")
+                k, options = self.config.group_size, self._actor_options()
+                raise RuntimeError(f"{self.config.leads} {'workers' if k == 1 else f'groups of {k} workers'} did not "
+                                   f"start within {self.config.startup_timeout:g} s: does the cluster have "
+                                   f"{options['num_cpus']:g} CPU(s) and {options['num_gpus']:g} GPU(s) free for each? "
+                                   f"{len(self.ready)} up {cluster_view(ray)}")
             self._poll_starting(timeout=left, fatal=True)
 
     def _actor_options(self) -> dict:
