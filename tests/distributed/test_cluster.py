@@ -51,11 +51,12 @@ def free_port() -> int:
 
 
 def processes(key: str, value: str) -> dict[int, str]:
-    """Process id -> command line of the living processes whose environment holds ``key=value``."""
-    found, needle = {}, f"{key}={value}".encode()
+    """Process id -> command line of the living processes whose environment holds ``key=value`` (and, for a
+    node's, this module's cluster mark: another test run on the same machine has nodes of the same names)."""
+    found, needles = {}, {f"{key}={value}".encode()} | ({f"HS_CLUSTER={MARK}".encode()} if key == "HS_NODE" else set())
     for d in Path("/proc").glob("[0-9]*"):
         try:
-            if needle in (d / "environ").read_bytes().split(b"\0") and (d / "stat").read_text().split()[2] != "Z":
+            if needles <= set((d / "environ").read_bytes().split(b"\0")) and (d / "stat").read_text().split()[2] != "Z":
                 found[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue

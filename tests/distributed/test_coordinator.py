@@ -2,7 +2,7 @@
 first result wins, duplicates counted, failures re-queued."""
 import pytest
 
-from hyperscalees.distributed.coordinator import ChunkQueue, ChunkTimes, Counters, split
+from hyperscalees.distributed.coordinator import Chunk, ChunkQueue, ChunkTimes, Counters, split
 
 
 class Clock:
@@ -110,3 +110,13 @@ def test_a_chunk_that_keeps_failing_ends_the_step_with_its_reason():
     c = q.assign("a")
     with pytest.raises(ChunkFailedError, match=r"members \[0, 2\) of step 7 failed 3 times; last: checksum mismatch"):
         q.fail(c.index, "a", "checksum mismatch")
+
+
+def test_a_queue_owns_only_its_own_chunks():
+    """A group's coordinator runs one queue per chunk the driver hands it, several a step, with the same
+    indices: a straggler's copy coming back from an earlier queue must not complete the current one's."""
+    first = ChunkQueue(0, [Chunk(i, c.lo, c.hi) for i, c in enumerate(split(16, 4))])
+    later = ChunkQueue(0, [Chunk(i, 16 + c.lo, 16 + c.hi) for i, c in enumerate(split(16, 4))])
+    assert all(first.owns(c) for c in first.chunks) and all(later.owns(c) for c in later.chunks)
+    assert not any(later.owns(c) for c in first.chunks)
+    assert not later.owns(Chunk(7, 0, 4))

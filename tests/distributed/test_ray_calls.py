@@ -154,3 +154,19 @@ def test_groups_that_find_no_room_fail_with_what_each_needs(ray_local):
                                            r"CPU\(s\) and 0 GPU\(s\) free for each\? [01] up \(Ray sees 1 node"):
         with backend:
             backend.step()
+
+
+def test_a_groups_straggler_copies_leave_the_weights_exact(ray_local):
+    """One group of 2 with a 1 ms straggler timeout: nearly every sub-chunk is copied to the other worker,
+    and many copies come back while the group already runs the driver's next chunk of the step (32 a
+    step, the same sub-chunk indices). Each must count as a duplicate, never as the sub-chunk of the same
+    index of the chunk the group runs then; the weights are the local run's."""
+    from hyperscalees.distributed import RayBackend
+    recipe, steps = TaskRecipe(make_config("xor", es={"seed": 3, "population": 512}).to_dict()), 4
+    backend = RayBackend(recipe, RayConfig(workers=2, group_size=2, straggler_timeout=0.001), chunk=16)
+    with backend:
+        for _ in range(steps):
+            backend.step()
+        got = weights(backend)
+    expected = local_weights(recipe, steps, chunk=4)   # a group's sub-chunks: 16 members over 2 workers, 2 each
+    assert all(torch.equal(got[k], v) for k, v in expected.items()), "weights differ from the local run"

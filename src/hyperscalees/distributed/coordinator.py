@@ -130,6 +130,11 @@ class ChunkQueue:
         self.counters.reissued += 1
         return self._start(min(late)[1], worker, now)  # the longest-running one (ties: member order)
 
+    def owns(self, chunk: Chunk) -> bool:
+        """Is ``chunk`` one of this queue's? (A group's coordinator runs several queues a step, one per
+        chunk the driver hands it: a straggler's copy may come back from an earlier one.)"""
+        return 0 <= chunk.index < len(self.chunks) and self.chunks[chunk.index] == chunk
+
     def until_late(self) -> float | None:
         """Seconds until the longest-running chunk becomes a straggler an idle worker may copy (0 once
         it is), None while nothing runs: how long a coordinator with an idle worker may sleep."""

@@ -33,6 +33,7 @@ from .base import AbstractBackend
 from .coordinator import ChunkQueue, ChunkTimes, Counters, split
 from .recipe import check_distributable, fitness_state
 from .replica import Replica, ReplicaDrift, coordinator_state, state_hash, unbundle
+from .ray_groups import GroupLead, lead_options
 from .ray_report import RayReports
 from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, import_ray, start_ray,  # noqa: F401
                           stop_ray)  # stop_ray: re-exported
@@ -73,9 +74,8 @@ class RayBackend(RayReports, AbstractBackend):
             raise ValueError(f"a model on {device} needs gpus_per_worker > 0 on Ray workers (Ray hides GPUs "
                              "from actors that reserve none)")
         self.replica_cls, self.replica_kwargs = replica, {}
-        if self.config.group_size > 1:  # the driver's actors coordinate groups (imported here: it imports this)
-            from .ray_groups import GroupLead, lead_options
-            self.replica_cls, self.replica_kwargs = GroupLead, lead_options(self.config, replica)
+        if self.config.group_size > 1:  # the driver's actors coordinate groups
+            self.replica_cls, self.replica_kwargs = GroupLead, lead_options(self.config, replica, GroupBackend)
         self.counters, self.times = Counters(), ChunkTimes(self.config.straggler_timeout)
         self.rejected = self.drift_repairs = self.restarts = 0
         self.step_times: dict[int, float] = {}
@@ -276,13 +276,14 @@ class RayBackend(RayReports, AbstractBackend):
         ray = self._ray
         slot, gen, step, c = self.inflight.pop(ref)
         stale = self.generation.get(slot) != gen or slot not in self.actors
+        ours = step == queue.step and queue.owns(c)  # not a copy of a closed step's (or a group's earlier) chunk
         try:
             data, added = ray.get(ref)
         except ray.exceptions.RayActorError as e:
             why = f"{type(e).__name__}: {first_line(e)}"
             if not stale:
                 self._lost(slot, why)
-            if step == queue.step:
+            if ours:
                 queue.fail(c.index, slot, f"worker {slot} died ({why})")
                 if not stale:           # what it held behind that chunk (in_flight > 1), its refs dropped by _lost
                     queue.forget(slot)
@@ -295,11 +296,11 @@ class RayBackend(RayReports, AbstractBackend):
             log.warning("worker %d drifted (%s): re-sending the coordinator's state", slot, e.cause)
             if not stale:
                 self.actors[slot].load.remote(self._state_ref())
-            if step == queue.step:
+            if ours:
                 queue.fail(c.index, slot, f"worker {slot} drifted")
             return
         self.bytes_in += len(data)
-        if step != queue.step:       # a straggler's copy of a step already closed
+        if not ours:                 # a straggler's copy of a chunk already closed
             self.counters.duplicates += 1
             return
         try:
@@ -375,3 +376,14 @@ class RayBackend(RayReports, AbstractBackend):
                 log.warning("worker %d failed to apply an update (%s); it will be re-sent the state",  # refused
                             slot, first_line(e.cause if e.cause is not None else e))
         self.updates = keep
+
+
+class GroupBackend(RayBackend):
+    """A group coordinator's driver (``ray_groups.GroupLead``): a ``RayBackend`` whose workers reserve
+    nothing (their group's coordinator holds the group's CPUs) and are started on its own node."""
+
+    def _actor_options(self) -> dict:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        node = self._ray.get_runtime_context().get_node_id()
+        return {**super()._actor_options(), "num_cpus": 0, "num_gpus": 0,
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}

@@ -5,7 +5,7 @@ submission, the result's fetch and decoding: about 0.5-1.6 ms, ``ray_driver_cpu_
 ``bench scale`` finds caps a thousand workers. With ``RayConfig(group_size=k)`` the driver's actors are
 :class:`GroupLead` s instead, one per group: each reserves its k workers' CPUs (so Ray places a group on one node
 with room for all of it), starts its k workers on its own node reserving nothing more, and is to them what the
-driver is to a flat run, with the very same code (a :class:`GroupBackend` is a ``RayBackend``):
+driver is to a flat run, with the very same code (its driver, ``ray.GroupBackend``, is a ``RayBackend``):
 
     driver ── evaluate(s, lo, hi) ──▶ GroupLead ── its own ChunkQueue over [lo, hi) ──▶ k workers (Replica)
            ◀── one RESULT for [lo, hi) ──          ◀── a RESULT per sub-chunk ──
@@ -32,43 +32,32 @@ from ..nn.evaluate import join_chunks
 from . import wire
 from .base import PhaseTimes
 from .coordinator import Chunk, split
-from .ray import RayBackend
 from .ray_session import RayConfig
 from .recipe import load_fitness_state
 from .replica import BundledStates, Replica, ReplicaDrift
 
 
-def lead_options(config: RayConfig, replica: type) -> dict:
+def lead_options(config: RayConfig, replica: type, backend: type) -> dict:
     """The keyword arguments every :class:`GroupLead` of ``config`` is started with: its group's own
-    settings (k workers of class ``replica``, in the Ray this actor already runs in) and that class."""
+    settings (k workers of class ``replica``, in the Ray this actor already runs in), that class, and
+    the backend class that drives them (``ray.GroupBackend``: passed in, so this module needs no Ray)."""
     group = dataclasses.replace(config, workers=config.group_size, max_workers=None, group_size=1, address="auto",
                                 dashboard=False, temp_dir=None)
-    return {"group": group, "worker": replica}
-
-
-class GroupBackend(RayBackend):
-    """A group coordinator's driver: a ``RayBackend`` whose workers reserve nothing (their group's
-    coordinator holds the group's CPUs) and are started on its own node."""
-
-    def _actor_options(self) -> dict:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        node = self._ray.get_runtime_context().get_node_id()
-        return {**super()._actor_options(), "num_cpus": 0, "num_gpus": 0,
-                "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+    return {"group": group, "worker": replica, "backend": backend}
 
 
 class GroupLead(Replica):
     """One group's coordinator, an actor of the driver's: it answers the driver as a worker does (a
     :class:`Replica`'s calls: ``evaluate``, ``update``, ``load``, ``check_hash``, ``phase_times``), and gets
-    the answers from its own workers. It holds a replica (its :class:`GroupBackend`'s), the one its
+    the answers from its own workers. It holds a replica (its ``GroupBackend``'s), the one its
     workers are started from and checked against."""
 
     def __init__(self, recipe, state: dict | None = None, threads: int | None = 1, slot: int = 0,
-                 generation: int = 0, *, group: RayConfig, worker: type = Replica):
+                 generation: int = 0, *, group: RayConfig, worker: type = Replica, backend: type):
         if threads:
             torch.set_num_threads(threads)
         self.slot, self.generation = slot, generation
-        self.backend = GroupBackend(recipe, config=group, replica=worker)
+        self.backend = backend(recipe, config=group, replica=worker)  # a ray.GroupBackend
         self.es, self.fitness = self.backend.es, self.backend.fitness
         self.model = self.es.model
         self.drifted: str | None = None
