@@ -223,6 +223,27 @@ class StallOnNode(Replica):
         return super().evaluate(step, lo, hi)
 
 
+def kill_the_node_once_stalled(marker: Path, node: str) -> tuple[dict, threading.Thread]:
+    """A thread that waits (up to 120 s) for a StallOnNode worker's marker, then SIGKILLs ``node``'s raylet;
+    ``killed`` gets the stalled worker's pid ("worker") and the time of the kill ("raylet")."""
+    killed = {}
+
+    def killer():
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if marker.exists():
+            killed["worker"] = int(marker.read_text())
+        for pid, cmdline in processes("HS_NODE", node).items():
+            if "/raylet/raylet " in cmdline:
+                os.kill(pid, signal.SIGKILL)
+                killed["raylet"] = time.monotonic()
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    return killed, thread
+
+
 def by_value():
     import ray.cloudpickle as cloudpickle
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -299,20 +320,7 @@ def test_a_node_killed_mid_step_loses_nothing(driver, tmp_path):
     marker = tmp_path / "stalled"
     replica = type("Stall", (StallOnNode,), {"NODE": node, "STEP": 3, "MARKER": str(marker)})
     steps, chunk = 8, 16
-    killed = {}
-
-    def killer():
-        deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        killed["worker"] = int(marker.read_text())
-        for pid, cmdline in processes("HS_NODE", "doomed").items():
-            if "/raylet/raylet " in cmdline:
-                os.kill(pid, signal.SIGKILL)
-                killed["raylet"] = time.monotonic()
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
+    killed, thread = kill_the_node_once_stalled(marker, "doomed")
     backend = RayBackend(recipe, RayConfig(workers=2, address=driver.address, straggler_timeout=5.0, hash_every=1),
                          chunk=chunk, replica=replica)
     with backend:
@@ -404,19 +412,7 @@ def test_a_node_killed_mid_step_under_group_coordinators_loses_nothing(driver, t
     marker = tmp_path / "stalled"
     replica = type("Stall", (StallOnNode,), {"NODE": node, "STEP": 3, "MARKER": str(marker)})
     steps, chunk = 6, 16
-    killed = {}
-
-    def killer():
-        deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for pid, cmdline in processes("HS_NODE", "doomed").items():
-            if "/raylet/raylet " in cmdline:
-                os.kill(pid, signal.SIGKILL)
-                killed["raylet"] = time.monotonic()
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
+    killed, thread = kill_the_node_once_stalled(marker, "doomed")
     config = RayConfig(workers=4, group_size=2, cpus_per_worker=0.5, address=driver.address, straggler_timeout=5.0,
                        hash_every=1)
     with RayBackend(recipe, config, chunk=chunk, replica=replica) as backend:

@@ -60,6 +60,16 @@ def local_weights(recipe, steps: int, chunk: int) -> dict:
         return weights(local)
 
 
+def assert_equals_local_run(tmp_path, ray_summary: dict, steps: int, chunk: int) -> None:
+    """The xor run saved under tmp_path/ray has the metrics and the weights of a local run (seed 7)."""
+    from safetensors.torch import load_file
+    local = make_config("xor", es={"seed": 7}, engine={"steps": steps, "chunk": chunk, "out": str(tmp_path / "local")})
+    assert run(local, LocalBackend)["metrics"] == ray_summary["metrics"]
+    (a,), (b,) = (list((tmp_path / n).glob("model-*.safetensors")) for n in ("ray", "local"))
+    got, expected = load_file(str(a)), load_file(str(b))
+    assert all(torch.equal(got[k], v) for k, v in expected.items()), "weights differ from the local run"
+
+
 def test_two_groups_of_two_equal_the_local_run_and_the_driver_calls_each_group(ray_local):
     """4 workers in 2 groups (each reserving its 2 workers' half CPUs): per step the driver hands out 4
     chunks (two per group), not 8; each group splits its chunk over its own 2 workers."""
@@ -93,12 +103,7 @@ def test_a_worker_that_dies_inside_a_group_is_replaced_by_its_group(ray_local, t
     ray_summary = run(cfg, backend)
     report = made[0].report()
     assert report["failed"] == report["restarts"] == 0 and len(made[0].step_times) == 6, report
-    local = make_config("xor", es={"seed": 7}, engine={"steps": 6, "chunk": 16, "out": str(tmp_path / "local")})
-    assert run(local, LocalBackend)["metrics"] == ray_summary["metrics"]
-    from safetensors.torch import load_file
-    (a,), (b,) = (list((tmp_path / n).glob("model-*.safetensors")) for n in ("ray", "local"))
-    got, expected = load_file(str(a)), load_file(str(b))
-    assert all(torch.equal(got[k], v) for k, v in expected.items())
+    assert_equals_local_run(tmp_path, ray_summary, steps=6, chunk=16)
 
 
 def test_rl_observation_statistics_through_groups_equal_the_local_run(ray_local, tmp_path, no_plot):
@@ -136,12 +141,7 @@ def test_two_chunks_in_flight_equal_the_local_run_and_survive_a_death_without_wa
     report = b.report()
     assert report["restarts"] == 1 and report["requeued"] >= 2, report   # the running chunk and the one behind it
     assert b.step_times[3] < 20, b.step_times                           # not the straggler timeout
-    local = make_config("xor", es={"seed": 7}, engine={"steps": 6, "chunk": 32, "out": str(tmp_path / "local")})
-    assert run(local, LocalBackend)["metrics"] == ray_summary["metrics"]
-    from safetensors.torch import load_file
-    (a,), (c,) = (list((tmp_path / n).glob("model-*.safetensors")) for n in ("ray", "local"))
-    got, expected = load_file(str(a)), load_file(str(c))
-    assert all(torch.equal(got[k], v) for k, v in expected.items())
+    assert_equals_local_run(tmp_path, ray_summary, steps=6, chunk=32)
 
 
 def test_groups_that_find_no_room_fail_with_what_each_needs(ray_local):
