@@ -24,6 +24,10 @@ pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup one worker 
     ({"workers": 3, "group_size": 2}, r"workers \(3\) must be a multiple of group_size \(2\)"),
     ({"workers": 2, "max_workers": 5, "group_size": 2}, r"max_workers \(5\) must be a multiple of group_size \(2\)"),
     ({"workers": 2, "group_size": 2, "gpus_per_worker": 1.0}, r"group_size > 1 needs CPU workers"),
+    ({"worker_threads": 0}, r"worker_threads must be an integer >= 1, got 0"),
+    ({"worker_threads": True}, r"worker_threads must be an integer >= 1, got True"),
+    ({"worker_threads": 4, "cpus_per_worker": 2.0}, r"worker_threads \(4\) exceeds cpus_per_worker \(2\).*set "
+                                                     r"cpus_per_worker to 4"),
 ])
 def test_group_settings_that_cannot_work_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -170,3 +174,24 @@ def test_a_groups_straggler_copies_leave_the_weights_exact(ray_local):
         got = weights(backend)
     expected = local_weights(recipe, steps, chunk=4)   # a group's sub-chunks: 16 members over 2 workers, 2 each
     assert all(torch.equal(got[k], v) for k, v in expected.items()), "weights differ from the local run"
+
+
+def test_a_worker_of_two_threads_evaluates_and_replays_at_two_and_equals_the_local_run_at_two(ray_local):
+    """worker_threads=2 (reserving 2 CPUs): the worker's torch runs at 2 threads, so its evaluation and its
+    replay of each update (tiles over 2 threads, the same bits at any count) use both; the weights are those
+    of a local run at 2 threads, with a hash check every step."""
+    from hyperscalees.distributed import RayBackend
+    from hyperscalees.ops.fixed_order import torch_threads
+    recipe, steps = TaskRecipe(make_config("digits", es={"seed": 5, "population": 64}).to_dict()), 3
+    backend = RayBackend(recipe, RayConfig(workers=1, worker_threads=2, cpus_per_worker=2.0, hash_every=1), chunk=16)
+    with backend:
+        for _ in range(steps):
+            backend.step()
+        got = weights(backend)
+        (actor,) = backend.actors.values()
+        threads = ray_local.get(actor.__ray_call__.remote(lambda replica: torch.get_num_threads()))
+        assert backend.report()["drift_repairs"] == 0
+    assert threads == 2
+    with torch_threads(2):
+        expected = local_weights(recipe, steps, chunk=16)
+    assert all(torch.equal(got[k], v) for k, v in expected.items()), "weights differ from the local run at 2 threads"

@@ -78,6 +78,9 @@ HELP = {
                   "group on one node run by its own coordinator (1: the driver hands every worker its chunks)",
     "driver_threads": "torch threads for the driver's own replay of each update; more spin on after it and "
                       "cost the coordinator CPU (default 1, as each worker; the bits do not depend on it)",
+    "worker_threads": "torch threads of each worker, for its evaluation and its replay of every update (needs "
+                      "--cpus-per-worker at least as many): one worker of K threads per node replays each update once "
+                      "for the node's K cores, where K one-thread workers replay it K times",
 }
 METAVARS = {"checkpoint_minutes": "MINUTES", "snapshot_minutes": "MINUTES", "out": "DIR", "resume": "DIR",
             "time_budget": "SECONDS", "eval_every": "K", "checkpoint_every": "K",

@@ -143,7 +143,8 @@ class RayBackend(RayReports, AbstractBackend):
         gen = self.generation.get(slot, -1) + 1
         self.generation[slot] = gen
         state = self._state_ref()
-        self.actors[slot] = self._actor_cls.remote(self.recipe, state, 1, slot, gen, **self.replica_kwargs)
+        threads = 1 if self.config.group_size > 1 else self.config.worker_threads  # a group's workers get theirs
+        self.actors[slot] = self._actor_cls.remote(self.recipe, state, threads, slot, gen, **self.replica_kwargs)
         self.starting[self.actors[slot].__ray_call__.remote(_ready_on_node)] = (slot, gen, state)
 
     def _poll_starting(self, timeout: float | None = 0, fatal: bool = False) -> None:

@@ -36,6 +36,7 @@ class RayConfig:
     temp_dir: str | None = None             # Ray's session files (local Ray only; default: Ray's)
     startup_timeout: float = 300.0          # seconds to wait for the workers to come up
     driver_threads: int | None = 1          # torch threads for the driver's own replay (None: the process's)
+    worker_threads: int = 1                 # torch threads of each worker: its evaluation and its replay of the update
     in_flight: int = 1                      # chunks a worker holds at once (2: the next waits behind the running one)
     group_size: int = 1                     # workers per group coordinator on one node (1: the driver, every worker)
     max_workers: int | None = field(default=None, metadata={"help": (
@@ -55,6 +56,12 @@ class RayConfig:
         if self.driver_threads is not None and (isinstance(self.driver_threads, bool) or
                                                 not isinstance(self.driver_threads, int) or self.driver_threads < 1):
             raise ValueError(f"driver_threads must be an integer >= 1 or None, got {self.driver_threads!r}")
+        if isinstance(self.worker_threads, bool) or not isinstance(self.worker_threads, int) or self.worker_threads < 1:
+            raise ValueError(f"worker_threads must be an integer >= 1, got {self.worker_threads!r}")
+        if not self.gpus_per_worker and self.worker_threads > self.cpus_per_worker:
+            raise ValueError(f"worker_threads ({self.worker_threads}) exceeds cpus_per_worker ({self.cpus_per_worker:g}): "
+                             f"each worker would run {self.worker_threads} threads on the CPUs Ray reserved for fewer; "
+                             f"set cpus_per_worker to {self.worker_threads}")
         if isinstance(self.in_flight, bool) or not isinstance(self.in_flight, int) or self.in_flight < 1:
             raise ValueError(f"in_flight must be an integer >= 1, got {self.in_flight!r}")
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
