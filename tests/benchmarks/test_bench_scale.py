@@ -6,7 +6,8 @@ import pytest
 from dataclasses import replace
 
 from hyperscalees.benchmarks.scale import (WORKERS, Costs, bottleneck, efficiency, phases, predict, ray_chunk_costs,
-                                          step_time, what_if)
+                                          step_time, thread_speedup, what_if)
+from hyperscalees.benchmarks.scale_threads import serial_fraction
 from hyperscalees.cli.main import main
 
 
@@ -63,6 +64,8 @@ def test_quick_run_prints_efficiency_and_bottleneck_by_workers_and_a_plot(capsys
         assert eff["1"] == 1.0 and all(0 < e <= 1.0 + 1e-9 for e in eff.values())
         assert set(neck.values()) <= {"evaluation", "granularity", "coordinator", "wire", "shape", "replay"}
     assert png.is_file() and png.stat().st_size > 0 and out["plot"] == str(png)
+    assert set(out["what_if_smollm2"]) == {"flat, P=16384", "groups of 8, P=1536", "groups of 8, P=16384",
+                                           "8-thread workers (one a node), P=16384"}
 
 
 def test_plot_is_refused_for_other_benchmarks(capsys, tmp_path):
@@ -84,20 +87,44 @@ def test_rays_cost_per_chunk_splits_into_the_drivers_cpu_and_a_round_trip():
     assert bottleneck(serial, 100) == "coordinator"
 
 
-def test_group_coordinators_cut_the_drivers_calls_and_a_shared_replay_would_cut_the_replay():
+def test_group_coordinators_cut_the_drivers_calls():
     c = Costs(population=8192, member_s=1e-3, replay_s=0.8, chunk_s=1e-3)
     as_is, grouped = phases(c, 1000), phases(replace(c, group_size=8), 1000)
     assert as_is["replay"] == grouped["replay"] == 0.8                              # every worker still replays
     assert grouped["coordinator"] < as_is["coordinator"] / 4                        # 125 groups, not 3,000 calls
-    shared = phases(replace(c, group_size=8, shared_replay=True), 1000)
-    assert shared["replay"] == pytest.approx(0.1)                                   # one replay a group, 8 cores
-    assert phases(replace(c, group_size=8, shared_replay=True), 1)["replay"] == 0.8  # one worker: nothing to share
     eff = what_if(c, 8, workers=(1, 1000))
     assert eff[1000] > 2 * efficiency(c, 1000)
-    assert what_if(c, 8, workers=(1000,), shared_replay=True)[1000] > eff[1000]
     # a larger population: the replay grows with it, efficiency is against one worker at that population
     assert what_if(c, 1, population=16384, workers=(1,))[1] == pytest.approx(1.0)
     bigger = what_if(c, 1, population=65536, workers=(1000,))[1000]
     assert bigger > efficiency(c, 1000)
     with pytest.raises(ValueError, match="group_size must be >= 1, got 0"):
         phases(replace(c, group_size=0), 2)
+
+
+def test_workers_of_several_threads_replay_once_a_node_and_pay_their_threads_losses():
+    """1,000 cores as 125 workers of 8 threads: the replay is paid once at 8 threads' speed, the evaluation
+    at the threads' speed-up; perfect threads (serial 0) keep the evaluation where 1,000 one-thread workers had it."""
+    c = Costs(population=8192, member_s=1e-3, replay_s=0.8, chunk_s=1e-3)
+    perfect = phases(replace(c, threads=8), 1000)
+    assert perfect["replay"] == pytest.approx(0.1)
+    assert perfect["evaluation"] == pytest.approx(phases(c, 1000)["evaluation"])
+    assert perfect["coordinator"] < phases(c, 1000)["coordinator"]                  # 125 workers' calls, not 1,000
+    lossy = phases(replace(c, threads=8, eval_serial=0.2, replay_serial=0.1), 1000)
+    assert lossy["evaluation"] == pytest.approx(8192 * 1e-3 / 125 / thread_speedup(8, 0.2))
+    assert lossy["replay"] == pytest.approx(0.8 / thread_speedup(8, 0.1))
+    assert phases(replace(c, threads=8), 2)["replay"] == pytest.approx(0.4)         # 2 cores: a worker of 2 threads
+    assert what_if(c, 1, workers=(1000,), threads=8)[1000] > 2 * efficiency(c, 1000)
+    assert thread_speedup(8, 0.0) == 8 and thread_speedup(8, 1.0) == 1
+    with pytest.raises(ValueError, match=r"threads must be >= 1 and the serial fractions in \[0, 1\], got 0"):
+        Costs(64, 1e-3, threads=0)
+
+
+def test_a_serial_fraction_read_from_one_and_two_threads():
+    assert serial_fraction(1.0, 0.5, 2) == 0.0          # twice as fast: nothing serial
+    assert serial_fraction(1.0, 1.0, 2) == 1.0          # no faster: all serial
+    assert serial_fraction(1.0, 0.6, 2) == pytest.approx(0.2)
+    assert thread_speedup(2, serial_fraction(1.0, 0.6, 2)) == pytest.approx(1 / 0.6)
+    assert serial_fraction(1.0, 1.3, 2) == 1.0 and serial_fraction(1.0, 0.4, 2) == 0.0   # noise clipped
+    with pytest.raises(ValueError, match="needs threads >= 2"):
+        serial_fraction(1.0, 0.5, 1)

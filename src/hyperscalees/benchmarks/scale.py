@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..distributed import LocalBackend, wire
+from . import scale_threads
 from .base import Report, environment
 from .distributed import coordinator_step
 
@@ -50,9 +51,9 @@ SMOLLM2_MN = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
 PER_COMPLETION = (36.5 / 128, 48)
 COUNTDOWN = dict(population=1536, rank=1, tokens=256)  # the seeds' regime (stated)
 PHASES = ("evaluation", "granularity", "coordinator", "wire", "shape", "replay")
-# SmolLM2 with the lifts: (label, group size, population, shared replay); groups are built, a shared replay is not
-WHAT_IF = (("flat, P=16384", 1, 16384, False), ("groups of 8, P=1536", 8, COUNTDOWN["population"], False),
-           ("groups of 8, P=16384", 8, 16384, False), ("groups of 8 + shared replay (not built), P=16384", 8, 16384, True))
+# SmolLM2 with the lifts, all built: (label, group size, population, threads per worker)
+WHAT_IF = (("flat, P=16384", 1, 16384, 1), ("groups of 8, P=1536", 8, COUNTDOWN["population"], 1),
+           ("groups of 8, P=16384", 8, 16384, 1), ("8-thread workers (one a node), P=16384", 1, 16384, 8))
 
 
 @dataclass(frozen=True)
@@ -71,31 +72,47 @@ class Costs:
     chunks_per_worker: int = 2
     pair: int = 2
     group_size: int = 1           # > 1: a coordinator per group of workers (RayConfig.group_size), see :func:`phases`
-    shared_replay: bool = False   # what-if, not built: one replay per group, its rows split over the group's cores
+    threads: int = 1              # torch threads per worker (RayConfig.worker_threads): workers / threads processes
+    eval_serial: float = 0.0      # Amdahl's serial fraction of a member's evaluation over a worker's threads
+    replay_serial: float = 0.0    # ... and of the update replay (see :func:`thread_speedup`)
 
     def __post_init__(self):
+        if self.threads < 1 or not (0 <= self.eval_serial <= 1 and 0 <= self.replay_serial <= 1):
+            raise ValueError(f"threads must be >= 1 and the serial fractions in [0, 1], got {self.threads}, "
+                             f"{self.eval_serial} and {self.replay_serial}")
         if self.population < self.pair or self.member_s < 0:
             raise ValueError(f"population must be >= {self.pair} and member_s >= 0, got {self.population} and "
                              f"{self.member_s}")
 
 
+def thread_speedup(threads: int, serial: float) -> float:
+    """Amdahl: how much faster ``threads`` threads run what one thread does, ``serial`` of it unparallel."""
+    return 1.0 / (serial + (1.0 - serial) / threads)
+
+
 def phases(c: Costs, workers: int) -> dict[str, float]:
-    """Seconds of each phase of one step at ``workers`` workers (their sum is the step).
+    """Seconds of each phase of one step at ``workers`` cores (their sum is the step).
+
+    A worker is a process of ``threads`` threads (``RayConfig.worker_threads``), so ``workers / threads``
+    of them: it evaluates and replays :func:`thread_speedup` times faster than one thread, and replays
+    each update once for all its cores, where one-thread workers replay it once per core.
 
     ``group_size`` > 1 prices the group coordinators (``RayConfig(group_size=k)``, ``distributed/ray_groups.py``):
     the driver exchanges one call a round and one update with each group; each group's coordinator hands out
-    its own workers' chunks, the groups in parallel; one more hop of latency. ``shared_replay`` prices a lift
-    not built: one update replay per group, its rows split across the group's cores (shared memory)."""
+    its own workers' chunks, the groups in parallel; one more hop of latency."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if c.group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {c.group_size}")
+    threads = min(c.threads, workers)
+    workers = -(-workers // threads)                         # from here on, workers are processes
+    fast = thread_speedup(threads, c.eval_serial)
     pairs = -(-c.population // c.pair)
     per_worker = -(-pairs // workers)                       # pairs the busiest worker runs
     chunks = min(pairs, c.chunks_per_worker * workers)
     rounds = -(-chunks // min(workers, pairs))               # chunks the busiest worker runs
-    useful = c.population * c.member_s / workers
-    evaluation = per_worker * c.pair * c.member_s
+    useful = c.population * c.member_s / (workers * fast)    # threads below perfect show here
+    evaluation = per_worker * c.pair * c.member_s / fast
     calls = chunks + workers                                 # chunk results in, updates out: the driver's
     hops = 1
     if c.group_size > 1:
@@ -107,7 +124,7 @@ def phases(c: Costs, workers: int) -> dict[str, float]:
     wire_s = hops * (2 * rounds + 1) * c.latency_s + \
         (c.population * c.result_bytes + workers * c.update_bytes) / c.bandwidth
     return {"evaluation": useful, "granularity": evaluation - useful, "coordinator": exposed, "wire": wire_s,
-            "shape": c.shape_s, "replay": c.replay_s / (min(c.group_size, workers) if c.shared_replay else 1)}
+            "shape": c.shape_s, "replay": c.replay_s / thread_speedup(threads, c.replay_serial)}
 
 
 def step_time(c: Costs, workers: int) -> float:
@@ -131,13 +148,13 @@ def predict(c: Costs, workers=WORKERS) -> dict:
 
 
 def what_if(c: Costs, group_size: int, population: int | None = None, workers=WORKERS,
-            shared_replay: bool = False) -> dict[int, float]:
-    """Efficiency at each worker count with groups of ``group_size`` (see :func:`phases`), ``population``
-    members (replay and update scaled with it) and ``shared_replay``, against one flat worker as it is."""
+            threads: int = 1) -> dict[int, float]:
+    """Efficiency at each core count with groups of ``group_size`` (see :func:`phases`), ``population``
+    members (replay and update scaled with it) and workers of ``threads`` threads, against one core as it is."""
     scale = (population or c.population) / c.population
     base = replace(c, population=population or c.population, replay_s=c.replay_s * scale,
                    update_bytes=c.update_bytes * scale)
-    lifted = replace(base, group_size=group_size, shared_replay=shared_replay)
+    lifted = replace(base, group_size=group_size, threads=threads)
     t1 = step_time(base, 1)
     return {w: t1 / (w * step_time(lifted, w)) for w in workers}
 
@@ -186,25 +203,12 @@ def measure_task(name: str, steps: int, **es) -> dict:
             "shape_s": mid("shape"), "macs": lowrank_macs(es_)}
 
 
-def replay_rate(quick: bool) -> float:
+def replay_rate(quick: bool, replay_s: float | None = None) -> float:
     """Seconds per multiply-add of one replay, measured on SmolLM2's MLP matrix (576 x 1536) at one
-    thread: what its P·r·Σmn is priced at (the small tasks' matrices are too small to reach the rate)."""
-    from .. import EGGROLL
-    population = 64 if quick else 512
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        es = EGGROLL(torch.nn.Linear(576, 1536, bias=False), population=population, sigma=0.01, lr=0.01, rank=1)
-        shaped = torch.linspace(-1, 1, population)
-        es.update(shaped)                                  # warm-up
-        times = []
-        for _ in range(1 if quick else 3):
-            t0 = time.perf_counter()
-            es.update(shaped)
-            times.append(time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(threads)
-    return sorted(times)[len(times) // 2] / lowrank_macs(es)
+    thread (``replay_s``: that replay's seconds, if already timed): what its P·r·Σmn is priced at (the
+    small tasks' matrices are too small to reach the rate)."""
+    seconds = scale_threads.replay_seconds(quick, 1) if replay_s is None else replay_s
+    return seconds / ((64 if quick else 512) * 576 * 1536)
 
 
 def task_costs(m: dict, chunk_s: float, byte_s: float, **network) -> Costs:
@@ -213,12 +217,16 @@ def task_costs(m: dict, chunk_s: float, byte_s: float, **network) -> Costs:
                  update_bytes=wire.HEADER + 4 * p, **network)
 
 
-def smollm2_costs(replay_s_per_mac: float, chunk_s: float, byte_s: float, **network) -> Costs:
-    """SmolLM2-135M on Countdown from measured rates (too big to step here): see the module docstring."""
+def smollm2_costs(replay_s_per_mac: float, chunk_s: float, byte_s: float, threads: dict | None = None,
+                  **network) -> Costs:
+    """SmolLM2-135M on Countdown from measured rates (too big to step here): see the module docstring;
+    ``threads``: :func:`scale_threads.measure`'s serial fractions (none: threads buy nothing)."""
+    serial = {k: (threads or {}).get(k, {}).get("serial", 1.0) for k in ("evaluate", "replay")}
     p, r, tokens = COUNTDOWN["population"], COUNTDOWN["rank"], COUNTDOWN["tokens"]
     member_s = PER_COMPLETION[0] * tokens / PER_COMPLETION[1]
     return Costs(p, member_s, replay_s_per_mac * p * r * SMOLLM2_MN, 0.0, chunk_s, byte_s, result_bytes=4.0,
-                 update_bytes=wire.HEADER + p / 5 + 4, **network)   # pair signs: ternary on the wire
+                 update_bytes=wire.HEADER + p / 5 + 4, eval_serial=serial["evaluate"], replay_serial=serial["replay"],
+                 **network)   # pair signs: ternary on the wire
 
 
 def calibrate(quick: bool, log) -> tuple[dict[str, Costs], dict]:
@@ -232,12 +240,16 @@ def calibrate(quick: bool, log) -> tuple[dict[str, Costs], dict]:
     for k, m in measured.items():
         log(f"  {k}: P={m['population']}, {m['member_s'] * 1000:.2f} ms/member, replay {m['replay_s'] * 1000:.2f} ms")
     net = dict(latency_s=LATENCY_S, bandwidth=BANDWIDTH)
-    rate = replay_rate(quick)
-    costs = {"smollm2-countdown": smollm2_costs(rate, chunk_s, byte_s, **net),
+    threads = scale_threads.measure(quick)
+    rate = replay_rate(quick, threads["replay"].get("one_s"))
+    log(f"  threads: serial fraction at {threads['threads']} threads, evaluation {threads['evaluate']['serial']:.2f}, "
+        f"replay {threads['replay']['serial']:.2f}")
+    costs = {"smollm2-countdown": smollm2_costs(rate, chunk_s, byte_s, threads, **net),
              "egg-lm": task_costs(measured["lm"], chunk_s, byte_s, **net),
              "rl": task_costs(measured["rl"], chunk_s, byte_s, **net),
              "digits": task_costs(measured["digits"], chunk_s, byte_s, **net)}
-    return costs, {"chunk_s": chunk_s, "byte_s": byte_s, "replay_s_per_mac": rate, "tasks": measured}
+    return costs, {"chunk_s": chunk_s, "byte_s": byte_s, "replay_s_per_mac": rate, "tasks": measured,
+                   "threads": threads}
 
 
 def ray_chunk_costs(measured_1: float, predicted_1: float, coordinator_cpu_s: float, chunks: int) -> dict:
@@ -317,8 +329,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
     rep.summary["bottleneck_by_workers"] = {n: {str(w): b for w, b in p["bottleneck"].items()}
                                             for n, p in predictions.items()}
     llm = workloads["smollm2-countdown"]
-    rep.summary["what_if_smollm2"] = {label: {str(w): e for w, e in what_if(llm, k, p, shared_replay=shared).items()}
-                                      for label, k, p, shared in WHAT_IF}
+    rep.summary["what_if_smollm2"] = {label: {str(w): e for w, e in what_if(llm, k, p, threads=t).items()}
+                                      for label, k, p, t in WHAT_IF}
     rep.details["costs"] = {n: vars(c) for n, c in costs.items()}
     rep.details["phases_s"] = {n: {str(w): phases(c, w) for w in WORKERS} for n, c in workloads.items()}
     rep.details["measured"] = measured
@@ -329,9 +341,13 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
     rep.notes.append(f"stated network: {LATENCY_S * 1e6:g} us one-way latency, {BANDWIDTH * 8 / 1e9:g} Gb/s at the "
                      "driver; every worker one CPU thread like the measurements (a faster device shrinks "
                      "evaluation and replay alike, and makes the fixed coordinator and wire costs weigh more)")
+    t = measured["threads"]
     rep.notes.append("what_if_smollm2: SmolLM2 with group coordinators (--group-size 8: the driver's calls per "
-                     "group, not per chunk), a larger population, and one replay per group split across its cores "
-                     "(not built), priced by the same costs; efficiency against one flat worker")
+                     "group, not per chunk), a larger population, and workers of 8 threads, one a node "
+                     "(--worker-threads 8: one replay per node), priced by the same costs; efficiency against one core; "
+                     f"a worker's threads priced by Amdahl's law from serial fractions measured at {t['threads']} "
+                     f"threads (evaluation {t['evaluate']['serial']:.2f}, replay {t['replay']['serial']:.2f}) and "
+                     "assumed to hold at 8")
     rep.notes.append(f"smollm2-countdown: P={COUNTDOWN['population']}, rank {COUNTDOWN['rank']}, "
                      f"{COUNTDOWN['tokens']} new tokens; replay = s/MAC measured on a 576x1536 matrix x P*r*{SMOLLM2_MN:,} MACs; "
                      "a completion from a measured SmolLM2 step (docs/results/archive.md), not stepped here")
