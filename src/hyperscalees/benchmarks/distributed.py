@@ -155,17 +155,20 @@ def ray_runs(log, names=("digits", "llm"), steps: int = 6, warmup: int = 2) -> d
     from ..distributed.ray import RayBackend, RayConfig, start_ray, stop_ray
     start_ray(RayConfig(workers=2, temp_dir=tempfile.mkdtemp(prefix="hsr", dir="/tmp")))
     threads, out = torch.get_num_threads(), {}
+    two = min(threads, 2)   # the local Ray holds 2 CPUs: a worker of 2 threads against in-process at 2
     runs = {"local_1thread": lambda r, c: LocalBackend(r, chunk=c), "local": lambda r, c: LocalBackend(r, chunk=c),
             "ray_1": lambda r, c: RayBackend(r, workers=1, chunk=c),
             "ray_2": lambda r, c: RayBackend(r, workers=2, chunk=c),
             "ray_2_replay_first": lambda r, c: RayBackend(r, workers=2, chunk=c),
             "ray_1_in_flight_2": lambda r, c: RayBackend(r, workers=1, chunk=c, in_flight=2),
-            "ray_2_in_flight_2": lambda r, c: RayBackend(r, workers=2, chunk=c, in_flight=2)}
+            "ray_2_in_flight_2": lambda r, c: RayBackend(r, workers=2, chunk=c, in_flight=2),
+            "local_2threads": lambda r, c: LocalBackend(r, chunk=c),
+            "ray_1_2threads": lambda r, c: RayBackend(r, workers=1, chunk=c, worker_threads=two, cpus_per_worker=two)}
     try:
         for name, (recipe, chunk) in workloads(names).items():
             out[name] = {}
             for run_name, make in runs.items():
-                torch.set_num_threads(1 if run_name == "local_1thread" else threads)
+                torch.set_num_threads({"local_1thread": 1, "local_2threads": two}.get(run_name, threads))
                 backend = make(recipe, chunk)
                 backend.overlap_replay = run_name != "ray_2_replay_first"
                 out[name][run_name] = timed_steps(backend, steps, warmup)
@@ -226,13 +229,15 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
                 f"ray_1{k}": runs[w][f"ray_1{k}"][0] / runs[w]["local_1thread"][0] for k in ("", "_in_flight_2")}
             rep.summary[f"{w}_speedup_2_over_1"] = {
                 f"in_flight_{n}": runs[w][f"ray_1{k}"][0] / runs[w][f"ray_2{k}"][0] for n, k in ((1, ""), (2, "_in_flight_2"))}
+            rep.summary[f"{w}_ray1_2threads_over_local_2threads"] = runs[w]["ray_1_2threads"][0] / runs[w]["local_2threads"][0]
         rep.details["ray"] = {w: {r: {"ms_per_step": v[0] * 1000, "breakdown_ms": v[1]} for r, v in by.items()}
                               for w, by in runs.items()}
         rep.notes.append("ray: digits (population 2048, chunk 512) and LLM population generation (tiny random "
                          "Llama, 64 members x 2 prompts x 32 tokens, chunk 16), median of 6 steps after 2; "
                          "local_1thread has one torch thread, as each Ray worker; ray_2_replay_first: the driver "
                          "replays the update before sending it (the order before the cut); *_in_flight_2: each "
-                         "worker's next chunk queued behind its running one (in_flight=2); every process shares "
+                         "worker's next chunk queued behind its running one (in_flight=2); ray_1_2threads: one worker of 2 "
+                         "threads (worker_threads=2) against local_2threads, in-process at 2; every process shares "
                          f"this machine's {os.cpu_count()} cores (load average before/after in load_average)")
     rep.notes.append(f"simulated workers: threads sleeping {c['chunk_ms']} ms per chunk; coordinator CPU is "
                      "time.thread_time of its thread (queue, decode, concatenation, shaped encode)")
