@@ -208,7 +208,7 @@ def replay_rate(quick: bool, replay_s: float | None = None) -> float:
     thread (``replay_s``: that replay's seconds, if already timed): what its P·r·Σmn is priced at (the
     small tasks' matrices are too small to reach the rate)."""
     seconds = scale_threads.replay_seconds(quick, 1) if replay_s is None else replay_s
-    return seconds / ((64 if quick else 512) * 576 * 1536)
+    return seconds / (scale_threads.REPLAY_POPULATION[quick] * 576 * 1536)
 
 
 def task_costs(m: dict, chunk_s: float, byte_s: float, **network) -> Costs:

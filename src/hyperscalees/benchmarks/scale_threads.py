@@ -7,9 +7,12 @@ evaluation and its replay use K threads. Both are timed here at 1 and at K threa
 Amdahl's serial fraction s (K threads run 1 / (s + (1 - s)/K) times faster), which the model extends
 to the K of a node; that extension is an assumption, stated with the result.
 
-- replay: EGGROLL's update on SmolLM2's MLP matrix (576 x 1536), as ``scale.replay_rate`` times it;
+- replay: EGGROLL's update on SmolLM2's MLP matrix (576 x 1536) at the seeds' population (1,536
+  members), as ``scale.replay_rate`` times it (at 512 members two threads bought nothing: too little
+  work a tile);
 - evaluation: population generation of a random-weight Llama with SmolLM2's widths (hidden 576, MLP
-  1,536; two layers and a 256-token vocabulary, so the measurement stays seconds long), in-process.
+  1,536; two layers and a 256-token vocabulary, so the measurement stays seconds long), 64 members x 2
+  prompts a forward, in-process (at 16 x 2 two threads bought nothing: a worker needs a batch to thread).
 """
 from __future__ import annotations
 
@@ -39,19 +42,22 @@ def median_seconds(fn, reps: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+REPLAY_POPULATION = {True: 64, False: 1536}   # quick, full
+
+
 def replay_seconds(quick: bool, threads: int) -> float:
     from .. import EGGROLL
-    population = 64 if quick else 512
+    population = REPLAY_POPULATION[quick]
     with torch_threads(threads):
         es = EGGROLL(torch.nn.Linear(576, 1536, bias=False), population=population, sigma=0.01, lr=0.01, rank=1)
         shaped = torch.linspace(-1, 1, population)
-        return median_seconds(lambda: es.update(shaped), 1 if quick else 3)
+        return median_seconds(lambda: es.update(shaped), 1 if quick else 5)
 
 
 def evaluation_seconds(quick: bool, threads: int) -> float:
     from ..distributed import LocalBackend
     from .distributed import LLMRecipe
-    recipe = LLMRecipe(population=4 if quick else 16, tokens=4 if quick else 16, hidden=576, layers=1 if quick else 2)
+    recipe = LLMRecipe(population=4 if quick else 64, tokens=4 if quick else 16, hidden=576, layers=1 if quick else 2)
     with torch_threads(threads), LocalBackend(recipe) as backend:
         return median_seconds(backend.evaluate, 1 if quick else 3)
 
