@@ -70,11 +70,13 @@ def measure(quick: bool, threads: int = 2) -> dict:
     if threads < 2:
         return {"threads": 1, "replay": {"serial": 1.0}, "evaluate": {"serial": 1.0}, "note": "one core: not measured"}
     out = {"threads": threads}
+    rounds = 1 if quick else 3              # 1 and K threads in turn, the median of each: a busy moment hits both
     for name, fn in (("replay", replay_seconds), ("evaluate", evaluation_seconds)):
         try:
-            one, many = fn(quick, 1), fn(quick, threads)
+            times = [(fn(quick, 1), fn(quick, threads)) for _ in range(rounds)]
         except ImportError as e:                            # transformers missing: no speed-up assumed
             out[name] = {"serial": 1.0, "note": f"not measured ({e})"}
             continue
+        one, many = (sorted(t)[len(t) // 2] for t in zip(*times))
         out[name] = {"one_s": one, "many_s": many, "serial": serial_fraction(one, many, threads)}
     return out
