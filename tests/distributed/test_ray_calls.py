@@ -38,6 +38,7 @@ def test_the_driver_waits_for_and_chunks_over_groups():
     c = RayConfig(workers=8, max_workers=12, group_size=4)
     assert (c.leads, c.slots) == (2, 3)
     assert (RayConfig(workers=3).leads, RayConfig(workers=3).slots) == (3, 3)
+    assert RayConfig(cpus_per_worker=0.25).worker_threads == 1      # a fraction of a CPU still runs one thread
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ class RayConfig:
             raise ValueError(f"driver_threads must be an integer >= 1 or None, got {self.driver_threads!r}")
         if isinstance(self.worker_threads, bool) or not isinstance(self.worker_threads, int) or self.worker_threads < 1:
             raise ValueError(f"worker_threads must be an integer >= 1, got {self.worker_threads!r}")
-        if not self.gpus_per_worker and self.worker_threads > self.cpus_per_worker:
+        if not self.gpus_per_worker and self.worker_threads > max(1.0, self.cpus_per_worker):  # a fraction: 1 thread
             raise ValueError(f"worker_threads ({self.worker_threads}) exceeds cpus_per_worker ({self.cpus_per_worker:g}): "
                              f"each worker would run {self.worker_threads} threads on the CPUs Ray reserved for fewer; "
                              f"set cpus_per_worker to {self.worker_threads}")
