@@ -65,7 +65,9 @@ def test_quick_run_prints_efficiency_and_bottleneck_by_workers_and_a_plot(capsys
         assert set(neck.values()) <= {"evaluation", "granularity", "coordinator", "wire", "shape", "replay"}
     assert png.is_file() and png.stat().st_size > 0 and out["plot"] == str(png)
     assert set(out["what_if_smollm2"]) == {"flat, P=16384", "groups of 8, P=1536", "groups of 8, P=16384",
-                                           "8-thread workers (one a node), P=16384"}
+                                           "8-thread workers (one a node), P=16384",
+                                           "groups of 8 sharing the replay, P=1536",
+                                           "groups of 8 sharing the replay, P=16384"}
 
 
 def test_plot_is_refused_for_other_benchmarks(capsys, tmp_path):
@@ -118,6 +120,18 @@ def test_workers_of_several_threads_replay_once_a_node_and_pay_their_threads_los
     assert thread_speedup(8, 0.0) == 8 and thread_speedup(8, 1.0) == 1
     with pytest.raises(ValueError, match=r"threads must be >= 1 and the serial fractions in \[0, 1\], got 0"):
         Costs(64, 1e-3, threads=0)
+
+
+def test_a_group_sharing_its_weights_divides_the_replay_by_its_size():
+    """Groups of 8 sharing the replay (--shared-replay): each worker replays an eighth, the evaluation and the
+    coordinator are the groups' as they were; fewer workers than a group: the replay splits over those."""
+    c = Costs(population=8192, member_s=1e-3, replay_s=0.8, chunk_s=1e-3, group_size=8)
+    shared = replace(c, shared_replay=True)
+    assert phases(shared, 1000)["replay"] == pytest.approx(0.1) and phases(c, 1000)["replay"] == 0.8
+    assert phases(shared, 2)["replay"] == pytest.approx(0.4)
+    assert {k: v for k, v in phases(shared, 1000).items() if k != "replay"} == \
+        {k: v for k, v in phases(c, 1000).items() if k != "replay"}
+    assert what_if(c, 8, workers=(1000,), shared=True)[1000] > what_if(c, 8, workers=(1000,))[1000]
 
 
 def test_a_serial_fraction_read_from_one_and_two_threads():

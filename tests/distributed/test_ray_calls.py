@@ -2,6 +2,8 @@
 worker's next chunk waits behind its running one) and group coordinators (``group_size=k``: the driver
 hands chunks to groups of k workers, each group's coordinator to its own workers on its own node). The
 weights stay the local run's bit for bit, through deaths and a stateful fitness."""
+import glob
+import os
 import shutil
 import tempfile
 
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup one worker 
     ({"workers": 3, "group_size": 2}, r"workers \(3\) must be a multiple of group_size \(2\)"),
     ({"workers": 2, "max_workers": 5, "group_size": 2}, r"max_workers \(5\) must be a multiple of group_size \(2\)"),
     ({"workers": 2, "group_size": 2, "gpus_per_worker": 1.0}, r"group_size > 1 needs CPU workers"),
+    ({"shared_replay": True}, r"shared_replay needs group_size >= 2 .*got group_size 1"),
     ({"worker_threads": 0}, r"worker_threads must be an integer >= 1, got 0"),
     ({"worker_threads": True}, r"worker_threads must be an integer >= 1, got True"),
     ({"worker_threads": 4, "cpus_per_worker": 2.0}, r"worker_threads \(4\) exceeds cpus_per_worker \(2\).*set "
@@ -196,3 +199,65 @@ def test_a_worker_of_two_threads_evaluates_and_replays_at_two_and_equals_the_loc
     with torch_threads(2):
         expected = local_weights(recipe, steps, chunk=16)
     assert all(torch.equal(got[k], v) for k, v in expected.items()), "weights differ from the local run at 2 threads"
+
+
+def shared_files() -> set:
+    from hyperscalees.distributed.shared_weights import PREFIX, shared_dir
+    return set(glob.glob(os.path.join(shared_dir(), PREFIX + "*")))
+
+
+def test_a_group_sharing_its_weights_replays_a_part_each_and_equals_the_local_run(ray_local):
+    """shared_replay: a group's 2 workers map one copy of the trained weights and each replays its part of
+    every update; each compares the driver's hash every step once both parts are in. The weights are the
+    local run's, the coordinator replayed nothing, and the shared file is gone after the run."""
+    from hyperscalees.distributed import RayBackend
+    recipe, steps = TaskRecipe(make_config("xor", es={"seed": 3, "population": 32}).to_dict()), 5
+    backend = RayBackend(recipe, RayConfig(workers=2, group_size=2, shared_replay=True, hash_every=1), chunk=16)
+    with backend:
+        for _ in range(steps):
+            backend.step()
+        got, report = weights(backend), backend.report()
+        (lead,) = backend.actors.values()
+        parts = ray_local.get(lead.__ray_call__.remote(lambda g: __import__("ray").get(   # its workers' parts
+            [g.backend.actors[slot].__ray_call__.remote(lambda w: w.part) for slot in range(2)])))
+        path = ray_local.get(lead.__ray_call__.remote(lambda g: g.backend.spec.path))
+        assert path in shared_files()
+    assert report["drift_repairs"] == report["rejected"] == report["failed"] == 0, report
+    assert all(parts) and sorted(n for p in parts for n in p) == sorted(n for n, _ in backend.model.named_parameters())
+    assert path not in shared_files()
+    expected = local_weights(recipe, steps, chunk=4)            # the group's sub-chunks: 16 members over 2 workers
+    assert all(torch.equal(got[k], v) for k, v in expected.items()), "weights differ from the local run"
+
+
+def test_a_worker_lost_by_a_sharing_group_restarts_from_the_drivers_state(ray_local, tmp_path, no_plot):
+    """Worker 0 of a sharing group dies mid-chunk at step 3. Its coordinator, which replays nothing, asks
+    the driver for the state (a drift repair); the group reloads, starts a new worker 0 on the same shared
+    weights, and the run goes on to the local run's weights."""
+    from hyperscalees.distributed import RayBackend
+    made = []
+
+    def backend(recipe, chunk):
+        made.append(RayBackend(recipe, RayConfig(workers=2, group_size=2, shared_replay=True, hash_every=1),
+                               chunk=chunk, replica=faulty({0: {"die": 3}})))
+        return made[-1]
+
+    cfg = make_config("xor", es={"seed": 7}, engine={"steps": 6, "chunk": 64, "out": str(tmp_path / "ray")})
+    ray_summary = run(cfg, backend)
+    report = made[0].report()
+    # each request for the state is a drift repair, and its chunk re-queued: once for the loss, and once more
+    # if the new worker comes up a step later (its part then needs that step's state too)
+    assert 1 <= report["drift_repairs"] == report["failed"] <= 3 and len(made[0].step_times) == 6, report
+    assert_equals_local_run(tmp_path, ray_summary, steps=6, chunk=32)
+
+
+def test_shared_replay_refuses_a_rule_that_may_couple_parameters():
+    """A torch optimizer from a factory may couple parameters (a global clip): no part can be replayed alone."""
+    import hyperscalees as hs
+    from hyperscalees.distributed import RayBackend
+
+    def recipe():
+        es = hs.EGGROLL(torch.nn.Linear(3, 2), population=8, optimizer=lambda groups: torch.optim.SGD(groups, lr=0.1))
+        return es, lambda model, lo, hi, step: torch.zeros(hi - lo)
+
+    with pytest.raises(ValueError, match="shared_replay needs an update rule that moves each parameter alone"):
+        RayBackend(recipe, RayConfig(workers=2, group_size=2, shared_replay=True))

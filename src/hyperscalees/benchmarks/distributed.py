@@ -120,8 +120,38 @@ class LLMRecipe:
         return ["12+3=", "ab"] if step % 2 else ["hello", "7*6="]
 
 
-def workloads(names=("digits", "llm")) -> dict:
-    """name -> (recipe, chunk): digits (~100 ms steps) and LLM population generation (>= 1 s steps)."""
+class ReplayFitness:
+    """Minus the mean square of the output for one fixed input: one cheap forward per member."""
+
+    def __init__(self, width: int):
+        self.x = torch.randn(1, width, generator=torch.Generator().manual_seed(0))
+
+    def __call__(self, model, lo: int, hi: int, step: int):
+        return -model(self.x.expand(hi - lo, -1)).pow(2).mean(dim=1)
+
+
+class ReplayRecipe:
+    """A step whose update replay costs about what its evaluation does: SmolLM2's MLP matrices (576 x 1536 and
+    back) at 1,536 members, rank 1, one input each. In this regime every worker's replay of the whole update is
+    what ``bench scale`` finds caps a thousand workers, and what a group sharing its weights splits."""
+
+    def __init__(self, population: int = 1536, width: int = 576, hidden: int = 1536):
+        self.population, self.width, self.hidden = population, width, hidden
+
+    def __call__(self):
+        from .. import EGGROLL
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(self.width, self.hidden, bias=False), torch.nn.Tanh(),
+                                    torch.nn.Linear(self.hidden, self.width, bias=False))
+        return EGGROLL(model, population=self.population, sigma=0.01, lr=0.01, seed=0), ReplayFitness(self.width)
+
+
+WORKLOAD_RUNS = {"replay": ("local_1thread", "ray_2", "ray_group2", "ray_group2_shared")}  # default: every run
+
+
+def workloads(names=("digits", "llm", "replay")) -> dict:
+    """name -> (recipe, chunk): digits (~100 ms steps), LLM population generation (>= 1 s steps), and a step
+    as much replay as evaluation (``replay``)."""
     from ..engine import make_config
     from ..engine.recipe import TaskRecipe
     made = {}
@@ -129,6 +159,8 @@ def workloads(names=("digits", "llm")) -> dict:
         made["digits"] = (TaskRecipe(make_config("digits", es={"seed": 0}).to_dict()), 512)
     if "llm" in names:
         made["llm"] = (LLMRecipe(), 16)
+    if "replay" in names:
+        made["replay"] = (ReplayRecipe(), 384)
     return made
 
 
@@ -148,10 +180,11 @@ def timed_steps(backend, steps: int, warmup: int) -> tuple[float, dict]:
     return sorted(times)[len(times) // 2], backend.breakdown()
 
 
-def ray_runs(log, names=("digits", "llm"), steps: int = 6, warmup: int = 2) -> dict:
+def ray_runs(log, names=("digits", "llm", "replay"), steps: int = 6, warmup: int = 2) -> dict:
     """{workload: {run: (s/step, breakdown)}}: in-process with 1 thread (each Ray worker has one) and
     with torch's threads, on 1 and 2 Ray workers, and on 2 with the driver replaying the update
-    before sending it (the order before the cut) beside the overlapped order."""
+    before sending it (the order before the cut) beside the overlapped order; a group of 2 with and
+    without sharing its weights (``WORKLOAD_RUNS``: the runs of a workload, if not all)."""
     from ..distributed.ray import RayBackend, RayConfig, start_ray, stop_ray
     start_ray(RayConfig(workers=2, temp_dir=tempfile.mkdtemp(prefix="hsr", dir="/tmp")))
     threads, out = torch.get_num_threads(), {}
@@ -163,11 +196,13 @@ def ray_runs(log, names=("digits", "llm"), steps: int = 6, warmup: int = 2) -> d
             "ray_1_in_flight_2": lambda r, c: RayBackend(r, workers=1, chunk=c, in_flight=2),
             "ray_2_in_flight_2": lambda r, c: RayBackend(r, workers=2, chunk=c, in_flight=2),
             "local_2threads": lambda r, c: LocalBackend(r, chunk=c),
-            "ray_1_2threads": lambda r, c: RayBackend(r, workers=1, chunk=c, worker_threads=two, cpus_per_worker=two)}
+            "ray_1_2threads": lambda r, c: RayBackend(r, workers=1, chunk=c, worker_threads=two, cpus_per_worker=two),
+            "ray_group2": lambda r, c: RayBackend(r, workers=2, group_size=2, chunk=c),
+            "ray_group2_shared": lambda r, c: RayBackend(r, workers=2, group_size=2, shared_replay=True, chunk=c)}
     try:
         for name, (recipe, chunk) in workloads(names).items():
             out[name] = {}
-            for run_name, make in runs.items():
+            for run_name, make in ((k, v) for k, v in runs.items() if k in WORKLOAD_RUNS.get(name, runs)):
                 torch.set_num_threads({"local_1thread": 1, "local_2threads": two}.get(run_name, threads))
                 backend = make(recipe, chunk)
                 backend.overlap_replay = run_name != "ray_2_replay_first"
@@ -224,7 +259,9 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
         rep.summary.update(local_ms_per_step=t["local"] * 1000, ray1_ms_per_step=t["ray_1"] * 1000,
                            ray2_ms_per_step=t["ray_2"] * 1000, speedup_2_over_1=t["ray_1"] / t["ray_2"],
                            load_average=[load0, os.getloadavg()[0]])
-        for w in runs:  # the acceptance's ratios: 1 worker against in-process at one thread, 2 against 1
+        for w in runs:  # a group of 2 sharing its weights (each replays half) against one that does not
+            rep.summary[f"{w}_group2_over_group2_shared"] = runs[w]["ray_group2"][0] / runs[w]["ray_group2_shared"][0]
+        for w in (w for w in runs if w != "replay"):  # the acceptance's ratios: 1 worker against in-process, 2 against 1
             rep.summary[f"{w}_ray1_over_local_1thread"] = {
                 f"ray_1{k}": runs[w][f"ray_1{k}"][0] / runs[w]["local_1thread"][0] for k in ("", "_in_flight_2")}
             rep.summary[f"{w}_speedup_2_over_1"] = {
@@ -237,7 +274,10 @@ def run(quick: bool = False, device: str = "cpu", log=print) -> Report:
                          "local_1thread has one torch thread, as each Ray worker; ray_2_replay_first: the driver "
                          "replays the update before sending it (the order before the cut); *_in_flight_2: each "
                          "worker's next chunk queued behind its running one (in_flight=2); ray_1_2threads: one worker of 2 "
-                         "threads (worker_threads=2) against local_2threads, in-process at 2; every process shares "
+                         "threads (worker_threads=2) against local_2threads, in-process at 2; ray_group2(_shared): a "
+                         "group of 2 workers (group_size=2), sharing one copy of the weights and each replaying half "
+                         "(shared_replay), on every workload and on replay (SmolLM2's MLP matrices 576x1536x576, "
+                         "1,536 members, one input each: as much replay as evaluation); every process shares "
                          f"this machine's {os.cpu_count()} cores (load average before/after in load_average)")
     rep.notes.append(f"simulated workers: threads sleeping {c['chunk_ms']} ms per chunk; coordinator CPU is "
                      "time.thread_time of its thread (queue, decode, concatenation, shaped encode)")

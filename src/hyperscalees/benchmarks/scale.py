@@ -51,9 +51,11 @@ SMOLLM2_MN = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
 PER_COMPLETION = (36.5 / 128, 48)
 COUNTDOWN = dict(population=1536, rank=1, tokens=256)  # the seeds' regime (stated)
 PHASES = ("evaluation", "granularity", "coordinator", "wire", "shape", "replay")
-# SmolLM2 with the lifts, all built: (label, group size, population, threads per worker)
-WHAT_IF = (("flat, P=16384", 1, 16384, 1), ("groups of 8, P=1536", 8, COUNTDOWN["population"], 1),
-           ("groups of 8, P=16384", 8, 16384, 1), ("8-thread workers (one a node), P=16384", 1, 16384, 8))
+# SmolLM2 with the lifts, all built: (label, group size, population, threads per worker, replay shared by a group)
+WHAT_IF = (("flat, P=16384", 1, 16384, 1, False), ("groups of 8, P=1536", 8, COUNTDOWN["population"], 1, False),
+           ("groups of 8, P=16384", 8, 16384, 1, False), ("8-thread workers (one a node), P=16384", 1, 16384, 8, False),
+           ("groups of 8 sharing the replay, P=1536", 8, COUNTDOWN["population"], 1, True),
+           ("groups of 8 sharing the replay, P=16384", 8, 16384, 1, True))
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Costs:
     threads: int = 1              # torch threads per worker (RayConfig.worker_threads): workers / threads processes
     eval_serial: float = 0.0      # Amdahl's serial fraction of a member's evaluation over a worker's threads
     replay_serial: float = 0.0    # ... and of the update replay (see :func:`thread_speedup`)
+    shared_replay: bool = False   # a group's workers share its node's weights, each replaying 1/group_size of it
 
     def __post_init__(self):
         if self.threads < 1 or not (0 <= self.eval_serial <= 1 and 0 <= self.replay_serial <= 1):
@@ -99,7 +102,9 @@ def phases(c: Costs, workers: int) -> dict[str, float]:
 
     ``group_size`` > 1 prices the group coordinators (``RayConfig(group_size=k)``, ``distributed/ray_groups.py``):
     the driver exchanges one call a round and one update with each group; each group's coordinator hands out
-    its own workers' chunks, the groups in parallel; one more hop of latency."""
+    its own workers' chunks, the groups in parallel; one more hop of latency. With ``shared_replay`` a group's
+    workers share one copy of the weights (``RayConfig.shared_replay``) and each replays a part: the replay
+    divides by the group's size (parts are whole matrices; SmolLM2's 210 split within 1%)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if c.group_size < 1:
@@ -124,7 +129,8 @@ def phases(c: Costs, workers: int) -> dict[str, float]:
     wire_s = hops * (2 * rounds + 1) * c.latency_s + \
         (c.population * c.result_bytes + workers * c.update_bytes) / c.bandwidth
     return {"evaluation": useful, "granularity": evaluation - useful, "coordinator": exposed, "wire": wire_s,
-            "shape": c.shape_s, "replay": c.replay_s / thread_speedup(threads, c.replay_serial)}
+            "shape": c.shape_s, "replay": c.replay_s / thread_speedup(threads, c.replay_serial) /
+            (min(c.group_size, workers) if c.shared_replay else 1)}
 
 
 def step_time(c: Costs, workers: int) -> float:
@@ -148,13 +154,14 @@ def predict(c: Costs, workers=WORKERS) -> dict:
 
 
 def what_if(c: Costs, group_size: int, population: int | None = None, workers=WORKERS,
-            threads: int = 1) -> dict[int, float]:
-    """Efficiency at each core count with groups of ``group_size`` (see :func:`phases`), ``population``
-    members (replay and update scaled with it) and workers of ``threads`` threads, against one core as it is."""
+            threads: int = 1, shared: bool = False) -> dict[int, float]:
+    """Efficiency at each core count with groups of ``group_size`` (see :func:`phases`; ``shared``: sharing
+    their replay), ``population`` members (replay and update scaled with it) and workers of ``threads``
+    threads, against one core as it is."""
     scale = (population or c.population) / c.population
     base = replace(c, population=population or c.population, replay_s=c.replay_s * scale,
                    update_bytes=c.update_bytes * scale)
-    lifted = replace(base, group_size=group_size, threads=threads)
+    lifted = replace(base, group_size=group_size, threads=threads, shared_replay=shared)
     t1 = step_time(base, 1)
     return {w: t1 / (w * step_time(lifted, w)) for w in workers}
 
@@ -329,8 +336,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
     rep.summary["bottleneck_by_workers"] = {n: {str(w): b for w, b in p["bottleneck"].items()}
                                             for n, p in predictions.items()}
     llm = workloads["smollm2-countdown"]
-    rep.summary["what_if_smollm2"] = {label: {str(w): e for w, e in what_if(llm, k, p, threads=t).items()}
-                                      for label, k, p, t in WHAT_IF}
+    rep.summary["what_if_smollm2"] = {label: {str(w): e for w, e in what_if(llm, k, p, threads=t, shared=sh).items()}
+                                      for label, k, p, t, sh in WHAT_IF}
     rep.details["costs"] = {n: vars(c) for n, c in costs.items()}
     rep.details["phases_s"] = {n: {str(w): phases(c, w) for w in WORKERS} for n, c in workloads.items()}
     rep.details["measured"] = measured
@@ -344,7 +351,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, plot=None) -> Repor
     t = measured["threads"]
     rep.notes.append("what_if_smollm2: SmolLM2 with group coordinators (--group-size 8: the driver's calls per "
                      "group, not per chunk), a larger population, and workers of 8 threads, one a node "
-                     "(--worker-threads 8: one replay per node), priced by the same costs; efficiency against one core; "
+                     "(--worker-threads 8: one replay per node), and groups of 8 sharing one copy of the weights, each "
+                     "worker replaying an eighth (--shared-replay), priced by the same costs; efficiency against one core; "
                      f"a worker's threads priced by Amdahl's law from serial fractions measured at {t['threads']} "
                      f"threads (evaluation {t['evaluate']['serial']:.2f}, replay {t['replay']['serial']:.2f}) and "
                      "assumed to hold at 8")

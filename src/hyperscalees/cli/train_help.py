@@ -76,6 +76,9 @@ HELP = {
                  "calls in order), hiding the round trip between them; 1 waits for each result",
     "group_size": "workers per group coordinator: the driver hands chunks to groups of this many workers, each "
                   "group on one node run by its own coordinator (1: the driver hands every worker its chunks)",
+    "shared_replay": "with --group-size K: a group's K workers share one copy of the trained weights in the node's "
+                     "memory and each replays 1/K of every update, where each otherwise replays all of it (the "
+                     "same bits; needs an update rule that moves each parameter alone: torch's optimizers do)",
     "driver_threads": "torch threads for the driver's own replay of each update; more spin on after it and "
                       "cost the coordinator CPU (default 1, as each worker; the bits do not depend on it)",
     "worker_threads": "torch threads of each worker, for its evaluation and its replay of every update (needs "

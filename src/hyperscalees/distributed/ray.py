@@ -8,7 +8,8 @@ shaped vector to every worker and applies the identical update to its own replic
 checkpoints) while they do: O(population) bits a step, never the weights.
 
 Drawn in ``docs/guide/backends.md``. With ``group_size`` k > 1 the driver's actors are group coordinators
-(``ray_groups.py``), each the driver of k workers on one node: the driver's calls are per group, not per worker.
+(``ray_groups.py``), each the driver of k workers on one node: the driver's calls are per group, not per worker;
+with ``shared_replay`` too, a group's workers share one copy of the weights, each replaying a part (``shared_group.py``).
 
 Elastic membership: Ray is asked for ``max_workers`` actors (default ``workers``). An actor gets chunks once it
 is up; one Ray cannot place yet waits in Ray's queue, and starts on the first node that joins with room for it;
@@ -34,19 +35,13 @@ from .coordinator import ChunkQueue, ChunkTimes, Counters, split
 from .recipe import check_distributable, fitness_state
 from .replica import Replica, ReplicaDrift, coordinator_state, state_hash, unbundle
 from .ray_groups import GroupLead, lead_options
+from .shared_group import SharedLead, check_shareable
 from .ray_report import RayReports
-from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, import_ray, start_ray,  # noqa: F401
-                          stop_ray)  # stop_ray: re-exported
+from .ray_session import (RayConfig, cluster_view, died_unexpectedly, first_line, import_ray, ready_on_node,  # noqa: F401
+                          start_ray, stop_ray)  # stop_ray: re-exported
 from . import wire
 
 log = logging.getLogger("hyperscalees.distributed")
-
-
-def _ready_on_node(replica) -> str:
-    """Run in a worker actor (``__ray_call__``): its replica is built; the Ray node it runs on."""
-    import ray
-    replica.ready()
-    return ray.get_runtime_context().get_node_id()
 
 
 class RayBackend(RayReports, AbstractBackend):
@@ -76,6 +71,9 @@ class RayBackend(RayReports, AbstractBackend):
         self.replica_cls, self.replica_kwargs = replica, {}
         if self.config.group_size > 1:  # the driver's actors coordinate groups
             self.replica_cls, self.replica_kwargs = GroupLead, lead_options(self.config, replica, GroupBackend)
+        if self.config.shared_replay:  # a group's workers share one copy of their node's weights
+            check_shareable(self.es)
+            self.replica_kwargs["backend"] = SharedGroupBackend
         self.counters, self.times = Counters(), ChunkTimes(self.config.straggler_timeout)
         self.rejected = self.drift_repairs = self.restarts = 0
         self.step_times: dict[int, float] = {}
@@ -88,9 +86,7 @@ class RayBackend(RayReports, AbstractBackend):
         self.generation: dict[int, int] = {}
         self.inflight: dict[object, tuple] = {}       # ref -> (slot, generation, step, chunk)
         self.updates: list = []                       # refs of updates not yet read
-        self._owns_ray = False
-        self._workers_at_close = 0
-        self._ray = None
+        self._owns_ray, self._workers_at_close, self._ray = False, 0, None
         self._state = (None, None)                    # (step, object ref) of the shared state
         self._worker_phases: list[dict] = []           # the workers' phase_times(), read at close
 
@@ -145,7 +141,7 @@ class RayBackend(RayReports, AbstractBackend):
         state = self._state_ref()
         threads = 1 if self.config.group_size > 1 else self.config.worker_threads  # a group's workers get theirs
         self.actors[slot] = self._actor_cls.remote(self.recipe, state, threads, slot, gen, **self.replica_kwargs)
-        self.starting[self.actors[slot].__ray_call__.remote(_ready_on_node)] = (slot, gen, state)
+        self.starting[self.actors[slot].__ray_call__.remote(ready_on_node)] = (slot, gen, state)
 
     def _poll_starting(self, timeout: float | None = 0, fatal: bool = False) -> None:
         """Mark the actors that have come up ready and note their node (``fatal``: a start that
@@ -197,6 +193,8 @@ class RayBackend(RayReports, AbstractBackend):
             return
         self._workers_at_close = len(self.ready)
         self._worker_phases = self._read_worker_phases()
+        if self.config.shared_replay:  # each group's coordinator stops its workers, removes their weights' file
+            self._ray.wait([a.release.remote() for a in self.actors.values()], num_returns=len(self.actors), timeout=9)
         for actor in self.actors.values():
             self._ray.kill(actor)
         self.actors.clear()
@@ -321,25 +319,16 @@ class RayBackend(RayReports, AbstractBackend):
     def update(self, shaped):
         """Send the shaped vector, then replay it here while the workers do (``overlap_replay``);
         the hash every ``hash_every`` steps follows as its own call, which an actor runs in order."""
-        es = self.es
-        with self.phases("wire"):
-            shaped = torch.as_tensor(shaped).float().cpu().reshape(-1)
-            encoding = wire.TERNARY if wire.ternary_scale(shaped) is not None else wire.F32
-            message = wire.encode(wire.SHAPED, es.step, 0, shaped, encoding)  # lossless either way
-        state = fitness_state(self.fitness)
-        state = self._ray.put(state) if state else None  # merged: every chunk's share
+        es, step = self.es, self.es.step
         # at driver_threads (1): a noise draw's OpenMP threads spin on into the next step's coordinating (same bits)
         threads = torch_threads(self.config.driver_threads or torch.get_num_threads())
         if not self.overlap_replay:
             with self.phases("replay"), threads:
-                metrics = es.update(shaped)
-        for slot in sorted(self.ready):                  # one still starting loads the state once up
-            actor = self.actors[slot]
-            self.updates.append((slot, self.generation[slot], actor.update.remote(message, None, state)))
-            self.bytes_out += len(message)
+                metrics = es.update(torch.as_tensor(shaped).float().cpu().reshape(-1))
+        self.send_update(shaped, step)
         if self.overlap_replay:
             with self.phases("replay"), threads:
-                metrics = es.update(shaped)
+                metrics = es.update(torch.as_tensor(shaped).float().cpu().reshape(-1))
         k = self.config.hash_every
         if k and es.step % k == 0:
             with self.phases("hash"):
@@ -347,6 +336,19 @@ class RayBackend(RayReports, AbstractBackend):
             for slot in sorted(self.ready):
                 self.updates.append((slot, self.generation[slot], self.actors[slot].check_hash.remote(expected)))
         return metrics
+
+    def send_update(self, shaped, step: int) -> None:
+        """The SHAPED message of ``step``, and the merged fitness state, to every ready worker (one still
+        starting loads the state once up)."""
+        with self.phases("wire"):
+            shaped = torch.as_tensor(shaped).float().cpu().reshape(-1)
+            encoding = wire.TERNARY if wire.ternary_scale(shaped) is not None else wire.F32
+            message = wire.encode(wire.SHAPED, step, 0, shaped, encoding)  # lossless either way
+        state = fitness_state(self.fitness)
+        state = self._ray.put(state) if state else None  # merged: every chunk's share
+        for slot in sorted(self.ready):
+            self.updates.append((slot, self.generation[slot], self.actors[slot].update.remote(message, None, state)))
+            self.bytes_out += len(message)
 
     def reload(self) -> None:
         """Every worker loads the driver's state after its queued calls; one started later is spawned from it."""
@@ -388,3 +390,7 @@ class GroupBackend(RayBackend):
         node = self._ray.get_runtime_context().get_node_id()
         return {**super()._actor_options(), "num_cpus": 0, "num_gpus": 0,
                 "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+
+
+class SharedGroupBackend(SharedLead, GroupBackend):
+    """A group's driver whose workers share their node's weights (``RayConfig.shared_replay``, ``shared_group.py``)."""

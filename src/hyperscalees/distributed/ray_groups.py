@@ -41,8 +41,8 @@ def lead_options(config: RayConfig, replica: type, backend: type) -> dict:
     """The keyword arguments every :class:`GroupLead` of ``config`` is started with: its group's own
     settings (k workers of class ``replica``, in the Ray this actor already runs in), that class, and
     the backend class that drives them (``ray.GroupBackend``: passed in, so this module needs no Ray)."""
-    group = dataclasses.replace(config, workers=config.group_size, max_workers=None, group_size=1, address="auto",
-                                dashboard=False, temp_dir=None)
+    group = dataclasses.replace(config, workers=config.group_size, max_workers=None, group_size=1, shared_replay=False,
+                                address="auto", dashboard=False, temp_dir=None)
     return {"group": group, "worker": replica, "backend": backend}
 
 
@@ -90,8 +90,22 @@ class GroupLead(Replica):
             message = wire.encode(wire.RESULT, self.es.step, lo, values, wire.TERNARY if ternary else wire.F32)
         return message, (BundledStates(states) if any(s is not None for s in states) else None)
 
+    def check_hash(self, expected_hash: str | None) -> str | None:
+        """This replica's hash against the driver's; a group sharing its weights replays nothing here, so its
+        workers compare theirs instead (``shared_group.py``)."""
+        if getattr(self.backend, "shares_weights", False):
+            if expected_hash is not None:
+                self.backend.forward_hash(expected_hash)
+            return None
+        return super().check_hash(expected_hash)
+
+    def release(self) -> None:
+        """Stop this group's workers (and remove what they shared) before the driver kills this actor."""
+        self.backend.close()
+
     def update(self, message: bytes, expected_hash: str | None = None, fitness_state: dict | None = None) -> str | None:
-        """The driver's update: sent on to this group's workers, replayed here meanwhile."""
+        """The driver's update: sent on to this group's workers, replayed here meanwhile (a group sharing
+        its weights: by its workers only)."""
         with self.phases("wire"):
             msg = wire.decode(message, wire.SHAPED, self.es.step, 0, self.es.population)
         load_fitness_state(self.fitness, fitness_state)  # before: the workers are sent this replica's

@@ -39,6 +39,7 @@ class RayConfig:
     worker_threads: int = 1                 # torch threads of each worker: its evaluation and its replay of the update
     in_flight: int = 1                      # chunks a worker holds at once (2: the next waits behind the running one)
     group_size: int = 1                     # workers per group coordinator on one node (1: the driver, every worker)
+    shared_replay: bool = False             # a group's workers share one copy of the weights, each replaying a part
     max_workers: int | None = field(default=None, metadata={"help": (
         "elastic: up to this many workers, the ones beyond --workers started by Ray when a node joins or capacity "
         "frees up, and used as soon as they are ready (default: --workers)")})
@@ -72,6 +73,9 @@ class RayConfig:
         if self.group_size > 1 and self.gpus_per_worker:
             raise ValueError(f"group_size > 1 needs CPU workers (gpus_per_worker {self.gpus_per_worker!r}): a group's "
                              "workers hold none of the CPUs or GPUs their group reserves, and Ray hides GPUs from them")
+        if self.shared_replay and self.group_size < 2:
+            raise ValueError(f"shared_replay needs group_size >= 2 (the workers that share a node's weights are a "
+                             f"group's), got group_size {self.group_size}")
         if self.hash_every < 0 or self.max_restarts < 0:
             raise ValueError(f"hash_every and max_restarts must be >= 0, got {self.hash_every!r} and "
                              f"{self.max_restarts!r}")
@@ -86,6 +90,13 @@ class RayConfig:
     def leads(self) -> int:
         """Actors the driver waits for at the start: the workers, or their groups' coordinators."""
         return self.workers // self.group_size
+
+
+def ready_on_node(replica) -> str:
+    """Run in a worker actor (``__ray_call__``): its replica is built; the Ray node it runs on."""
+    import ray
+    replica.ready()
+    return ray.get_runtime_context().get_node_id()
 
 
 def import_ray(local: bool):

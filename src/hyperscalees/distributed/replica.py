@@ -131,10 +131,14 @@ class Replica:
         with self.phases("wire"):
             msg = wire.decode(message, wire.SHAPED, self.es.step, 0, self.es.population)
         with self.phases("replay"):
-            self.es.update(msg.values)
+            self.replay(msg.values)
         self.phases.steps += 1
         load_fitness_state(self.fitness, fitness_state)
         return self.check_hash(expected_hash)
+
+    def replay(self, shaped) -> None:
+        """This replica's share of the update: all of it (a worker sharing its node's weights: a part)."""
+        self.es.update(shaped)
 
     def check_hash(self, expected_hash: str | None) -> str | None:
         """This replica's hash; a mismatch with ``expected_hash`` marks it drifted until it is re-sent the state."""

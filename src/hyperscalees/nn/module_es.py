@@ -124,9 +124,10 @@ class AbstractModuleES:
         """Raw fitness (population,) or (population, G) -> shaped (population,), for :meth:`update`."""
         return self.strategy.shape(self.ask(), fitness, weights)
 
-    def update(self, shaped) -> StepMetrics:
-        """Move the model by shaped fitness (what every replica of a distributed run applies)."""
-        return self.strategy.update(self.ask(), shaped)
+    def update(self, shaped, names: list[str] | None = None) -> StepMetrics:
+        """Move the model by shaped fitness (what every replica of a distributed run applies);
+        ``names``: only these parameters, exactly as the whole update moves them (``strategy.update``)."""
+        return self.strategy.update(self.ask(), shaped, names)
 
     def tell(self, fitness, weights=None) -> StepMetrics:
         """Shape ``fitness`` (population,) or (population, G), higher is better, and update the model.

@@ -149,8 +149,9 @@ class AbstractStrategy:
                 "itself, or exclude it, e.g. es_map={" + repr(missing[0]) + ": 'excluded'}")
 
     def estimate(self, pop: Population, shaped: Tensor, consume: bool = False,
-                 negate: bool = False) -> dict[str, Tensor]:
-        """ĝ per trainable parameter from shaped fitness (P,); −ĝ, exactly, with ``negate``."""
+                 negate: bool = False, names: list[str] | None = None) -> dict[str, Tensor]:
+        """ĝ per trainable parameter (or per one of ``names``) from shaped fitness (P,); −ĝ, exactly,
+        with ``negate``."""
         store = self.store(pop)
         self._check_applied(store)
         shaped = torch.as_tensor(shaped, dtype=torch.float32).reshape(-1)
@@ -160,25 +161,42 @@ class AbstractStrategy:
         # A non-finite shaped value (a custom shaping's bug) moves nothing: zeroed on the device,
         # since raising would need the host to read it (a synchronisation every step).
         shaped = torch.where(torch.isfinite(shaped), shaped, torch.zeros_like(shaped))
-        return estimate(store, shaped, self.trainable, self.config.update_chunk, self.config.estimator == "sign",
+        return estimate(store, shaped, self.trainable if names is None else names, self.config.update_chunk, self.config.estimator == "sign",
                         consume=consume, fixed=self.config.deterministic, precision=self._precisions,
                         negate=negate)
 
-    def update(self, pop: Population, shaped: Tensor) -> StepMetrics:
-        """Apply the update of ``pop`` from shaped fitness (what every replica runs)."""
+    def update(self, pop: Population, shaped: Tensor, names: list[str] | None = None) -> StepMetrics:
+        """Apply the update of ``pop`` from shaped fitness (what every replica runs).
+
+        ``names``: move only these parameters (a part of the update: the workers of one node that share
+        their weights each replay one part, ``distributed/shared_weights.py``). Each moves exactly as in
+        the whole update, since a parameter's estimate and step depend on its own noise and state only;
+        a rule whose step couples parameters (``by_parameter`` False) refuses. ``grad_norm`` is then the part's."""
         self._check_pop(pop)
+        if names is not None:
+            self._check_part(names)
         store = self.store(pop)
         self.rule.prepare(pop, {n: coefficient(store, n) for n in self.trainable}, self.lowrank)
         # a rule that steps −ĝ (a torch optimizer's .grad) gets it from the estimate itself: no negation pass
-        grads = self.estimate(pop, shaped, consume=True, negate=getattr(self.rule, "takes_negated_estimate", False))
+        grads = self.estimate(pop, shaped, consume=True, negate=getattr(self.rule, "takes_negated_estimate", False),
+                              names=names)
         self._store = None
         self._respond_to_ties(shaped)
-        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([g.float() for g in grads.values()])))
+        grad_norm = (torch.linalg.vector_norm(torch.stack(torch._foreach_norm([g.float() for g in grads.values()])))
+                     if grads else torch.zeros(()))  # a part may be empty (more sharing workers than parameters)
         factor = self.lr_factor(self.step)
         self.rule.apply(grads, factor)
         self.step += 1
         return StepMetrics({"step": self.step, "grad_norm": grad_norm, "sigma": pop.sigma,
                             "lr": self.rule.lrs(self.lr_factor(self.step))[0], **self.rule.metrics()})
+
+    def _check_part(self, names: list[str]) -> None:
+        if not getattr(self.rule, "by_parameter", False):
+            raise ValueError(f"{type(self.rule).__name__} cannot move a part of the parameters alone (its step "
+                             "couples them, or it did not say: by_parameter = True)")
+        unknown = sorted(set(names) - set(self.trainable))
+        if unknown:
+            raise ValueError(f"names must be trainable parameters; not: {unknown[:3]}")
 
     def _respond_to_ties(self, shaped: Tensor) -> None:
         """Widen the next step's σ when every antithetic pair tied (shaped fitness equal within each

@@ -25,6 +25,8 @@ class AbstractUpdateRule:
     """
 
     takes_negated_estimate = False
+    by_parameter = False  # True: each parameter's step depends on its own estimate and state alone, so
+    # :meth:`apply` on a part of them moves each exactly as on all (the workers sharing a node's weights)
 
     def __init__(self, params: dict[str, Tensor], groups: list[ParamGroup], config):
         self.params = params
@@ -43,8 +45,8 @@ class AbstractUpdateRule:
         return {}
 
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
-        """Move every parameter named in ``estimates`` (ĝ, or −ĝ with ``takes_negated_estimate``);
-        group lrs are scaled by ``lr_factor`` (schedules)."""
+        """Move every parameter named in ``estimates`` (ĝ, or −ĝ with ``takes_negated_estimate``), and
+        none other; group lrs are scaled by ``lr_factor`` (schedules)."""
         raise NotImplementedError
 
     def metrics(self) -> dict:

@@ -173,6 +173,12 @@ class AbstractIntegerRule(AbstractUpdateRule):
     def lr(self, name: str, lr_factor: float) -> float:
         return self._group[name].lr * lr_factor
 
+    @property
+    def by_parameter(self) -> bool:
+        """Each weight moves by its own votes; but an overlay scales the next step's noise, so a replica
+        that moved only a part would perturb the other parts with stale overlays."""
+        return not self.overlays
+
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
         changed = 0
         for n in list(estimates):

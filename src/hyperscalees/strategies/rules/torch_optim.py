@@ -93,6 +93,9 @@ class OptimizerRule(AbstractUpdateRule):
         self.keep_masters = bool(getattr(config, "fp32_masters", True))
         self.low = [n for n, m in self.masters.items() if m is not self.params[n]]
         self._landed = None
+        # torch's optimizers step each parameter from its own .grad and state (one with none is skipped);
+        # a factory's optimizer may couple them (a global clip), so it is not trusted to
+        self.by_parameter = optimizer_factory is None
 
     def _set_lr(self, factor: float) -> None:
         for g, base in zip(self.optimizer.param_groups, self._base_lrs):
@@ -100,25 +103,26 @@ class OptimizerRule(AbstractUpdateRule):
 
     def apply(self, estimates: dict[str, Tensor], lr_factor: float) -> None:
         self._set_lr(lr_factor)
+        low = [n for n in self.low if n in estimates]  # a part's (by_parameter): the others' weights are not ours
         with torch.no_grad():
             if not self.keep_masters:  # the step starts from the rounded weights: what rounded away is lost
-                for n in self.low:
+                for n in low:
                     self.masters[n].copy_(self.params[n])
-            before = [] if self.keep_masters else [self.masters[n].clone() for n in self.low]
+            before = [] if self.keep_masters else [self.masters[n].clone() for n in low]
         for n in list(estimates):
             g = estimates.pop(n)  # −ĝ, a fresh tensor: handed over, no copy
             self.masters[n].grad = g if g.dtype == self.masters[n].dtype else g.to(self.masters[n].dtype)
         self.optimizer.step()
         self.optimizer.zero_grad()  # set_to_none: the estimates are freed before the next forward
-        if not self.low:  # every parameter is its own master: nothing to copy, nothing can round away
+        if not low:  # every parameter is its own master: nothing to copy, nothing can round away
             return
         with torch.no_grad():
-            for n in self.low:
+            for n in low:
                 self.params[n].copy_(self.masters[n])
-            if self.low:  # masters keep the whole step; without them, what the rounded weights kept
-                self._landed = (torch.ones((), device=self.params[self.low[0]].device) if self.keep_masters else
-                                landed_fraction([self.masters[n] - b for n, b in zip(self.low, before)],
-                                                [self.params[n].float() - b for n, b in zip(self.low, before)]))
+            # masters keep the whole step; without them, what the rounded weights kept
+            self._landed = (torch.ones((), device=self.params[low[0]].device) if self.keep_masters else
+                            landed_fraction([self.masters[n] - b for n, b in zip(low, before)],
+                                            [self.params[n].float() - b for n, b in zip(low, before)]))
 
     def metrics(self) -> dict:
         return {} if self._landed is None else {"update_landed": self._landed}
