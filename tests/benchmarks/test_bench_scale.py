@@ -67,7 +67,8 @@ def test_quick_run_prints_efficiency_and_bottleneck_by_workers_and_a_plot(capsys
     assert set(out["what_if_smollm2"]) == {"flat, P=16384", "groups of 8, P=1536", "groups of 8, P=16384",
                                            "8-thread workers (one a node), P=16384",
                                            "groups of 8 sharing the replay, P=1536",
-                                           "groups of 8 sharing the replay, P=16384"}
+                                           "groups of 8 sharing the replay, P=16384",
+                                           "groups of 16 sharing the replay, P=16384"}
 
 
 def test_plot_is_refused_for_other_benchmarks(capsys, tmp_path):

@@ -55,7 +55,8 @@ PHASES = ("evaluation", "granularity", "coordinator", "wire", "shape", "replay")
 WHAT_IF = (("flat, P=16384", 1, 16384, 1, False), ("groups of 8, P=1536", 8, COUNTDOWN["population"], 1, False),
            ("groups of 8, P=16384", 8, 16384, 1, False), ("8-thread workers (one a node), P=16384", 1, 16384, 8, False),
            ("groups of 8 sharing the replay, P=1536", 8, COUNTDOWN["population"], 1, True),
-           ("groups of 8 sharing the replay, P=16384", 8, 16384, 1, True))
+           ("groups of 8 sharing the replay, P=16384", 8, 16384, 1, True),
+           ("groups of 16 sharing the replay, P=16384", 16, 16384, 1, True))
 
 
 @dataclass(frozen=True)
