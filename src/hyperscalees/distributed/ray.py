@@ -172,12 +172,7 @@ class RayBackend(RayReports, AbstractBackend):
     def _lost(self, slot: int, why: str) -> None:
         """Worker ``slot`` died (or its node did): start a new one from the coordinator's state, not waited for,
         or go on with fewer."""
-        actor = self.actors.pop(slot, None)
-        self.ready.discard(slot)
-        if actor is not None:
-            self._ray.kill(actor)
-        for ref in [r for r, v in self.inflight.items() if v[0] == slot]:
-            del self.inflight[ref]
+        self._forget(slot)
         if self.generation[slot] < self.config.max_restarts:
             log.warning("worker %d lost (%s): starting a new one from the coordinator's state", slot, why)
             self.restarts += 1
@@ -187,6 +182,15 @@ class RayBackend(RayReports, AbstractBackend):
                         self.config.max_restarts, len(self.actors))
         if not self.actors:
             raise RuntimeError(f"every Ray worker is gone (last: {why})")
+
+    def _forget(self, slot: int) -> None:
+        """Kill worker ``slot``'s actor (if any) and drop it and its chunks in flight."""
+        actor = self.actors.pop(slot, None)
+        self.ready.discard(slot)
+        if actor is not None:
+            self._ray.kill(actor)
+        for ref in [r for r, v in self.inflight.items() if v[0] == slot]:
+            del self.inflight[ref]
 
     def close(self) -> None:
         if self._ray is None:

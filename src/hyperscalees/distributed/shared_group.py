@@ -133,12 +133,7 @@ class SharedLead:
     def _lost(self, slot: int, why: str) -> None:
         if not self.stale:
             return super()._lost(slot, why)
-        actor = self.actors.pop(slot, None)
-        self.ready.discard(slot)
-        if actor is not None:
-            self._ray.kill(actor)
-        for ref in [r for r, v in self.inflight.items() if v[0] == slot]:
-            del self.inflight[ref]
+        self._forget(slot)
         self.pending.add(slot)
         raise NeedsState(f"worker {slot} of a group sharing its weights was lost ({why})")
 
