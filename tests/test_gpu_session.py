@@ -89,3 +89,24 @@ def test_a_rehearsal_of_the_comparison_leaves_every_run_in_the_archive(tmp_path)
     assert rep["task"] == "countdown" and rep["settings"]["eval_prompts"] == 4
     assert rep["model"] == "bench/models/countdown_char_llama" and rep["before"]["formatted"] == 1.0  # warm
     assert "es 105 ok" in p.stdout and "grpo 105 ok" in p.stdout   # the table printed last
+
+
+@pytest.mark.slow
+def test_the_ray_stage_rehearsed_with_the_installed_ray_archives_both_benches(tmp_path):
+    """Stage ray without .gpu/ray uses the Ray installed here; off a GPU its tests skip, and --quick leaves the
+    Ray runs out of `bench distributed` (not of `bench scale`'s model)."""
+    pytest.importorskip("ray")
+    env = _carry(tmp_path, b"a", b"b", b"ab")
+    (tmp_path / "out").mkdir()
+    p = _run(["ray"], env)
+    assert p.returncode == 0, p.stderr
+    for name in ("ray_gpu_tests", "distributed", "scale"):
+        assert f"=== {name}: exit 0" in p.stdout, p.stdout
+    assert "=== ray_install" not in p.stdout and "cores; load" in p.stdout
+    with tarfile.open(tmp_path / "out" / "gpu_ray.tgz") as tar:
+        names = set(tar.getnames())
+        scale = json.loads(tar.extractfile("./scale.txt").read().decode().strip().splitlines()[-1])
+    assert {"./distributed.txt", "./scale.txt", "./scale.png", "./steps.log"} <= names
+    assert set(scale["efficiency_by_workers"]) == {"smollm2-countdown", "egg-lm", "rl"}
+    assert all(e["1"] == pytest.approx(1.0) for e in scale["efficiency_by_workers"].values())
+    assert "scale.txt llm @1000" in p.stdout   # the table printed last

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 import hyperscalees as hs
@@ -36,6 +35,7 @@ from hyperscalees.distributed import LocalBackend, RayBackend, RayConfig
 from hyperscalees.distributed.ray_checks import auth_refused
 from hyperscalees.distributed.replica import Replica
 from kept_environ import environ_kept
+from cli_runs import assert_same_params as assert_same, params
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = str(ROOT / "src")
@@ -256,15 +256,6 @@ def local_weights(steps: int, chunk: int) -> dict:
         return {k: v.clone() for k, v in local.model.state_dict().items()}
 
 
-def assert_same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "weights differ"
-
-
-def params(directory) -> dict:
-    (path,) = Path(directory).glob("model-*.safetensors")
-    return load_file(str(path))
-
-
 def test_auth_refusal_is_one_line():
     """No Ray needed: what a refused driver is told names the variables and the command."""
     line = auth_refused("10.0.0.1:6379", token_mode=False)
@@ -401,11 +392,13 @@ def test_a_node_added_mid_run_is_used_from_the_next_step(driver):
     kill("HS_NODE", "joined")
 
 
-def test_a_node_killed_mid_step_under_group_coordinators_loses_nothing(driver, tmp_path):
+@pytest.mark.parametrize("shared", [False, True], ids=["own_weights", "shared_replay"])
+def test_a_node_killed_mid_step_under_group_coordinators_loses_nothing(driver, tmp_path, shared):
     """Two groups of two workers (each group reserves one CPU: one group a node). The second node's raylet
     is SIGKILLed while a worker of its group is inside a chunk of step 3: the group's coordinator and
     workers die with it, the driver re-queues the group's chunk on the head's group, and the run ends
-    with the local run's weights."""
+    with the local run's weights. The same with each group's workers sharing one copy of the weights on
+    their node (``shared_replay``: each group its own file, the dead node's left behind)."""
     by_value()
     head = only_the_head_alive(driver)
     node = driver.add_node("doomed")
@@ -414,7 +407,7 @@ def test_a_node_killed_mid_step_under_group_coordinators_loses_nothing(driver, t
     steps, chunk = 6, 16
     killed, thread = kill_the_node_once_stalled(marker, "doomed")
     config = RayConfig(workers=4, group_size=2, cpus_per_worker=0.5, address=driver.address, straggler_timeout=5.0,
-                       hash_every=1)
+                       hash_every=1, shared_replay=shared)
     with RayBackend(recipe, config, chunk=chunk, replica=replica) as backend:
         for _ in range(steps):
             backend.step()

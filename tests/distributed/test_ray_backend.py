@@ -22,10 +22,10 @@ from safetensors.torch import load_file
 
 from hyperscalees.distributed import LocalBackend, RayBackend, RayConfig
 from hyperscalees.engine import load_checkpoint, make_config, run
-from hyperscalees.cli.main import main
 
 from faulty import faulty
 from kept_environ import ray_home
+from cli_runs import assert_same_params, invoke, params
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 pytestmark = pytest.mark.xdist_group("ray")  # with --dist loadgroup (make test) one worker runs them all: one Ray
@@ -145,24 +145,6 @@ def test_ctrl_c_during_rays_start_up_stops_at_once_and_leaves_no_ray_process(tmp
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(temp, ignore_errors=True)
-
-
-def invoke(argv, capsys):
-    """(exit code, stdout, stderr) of ``hyperscalees *argv`` run in this process."""
-    code = main(argv)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def params(directory) -> dict:
-    (path,) = glob.glob(str(Path(directory) / "model-*.safetensors"))
-    return load_file(path)
-
-
-def assert_same_params(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), f"{k} differs"
 
 
 def local_reference(tmp_path, name, **engine) -> dict:
