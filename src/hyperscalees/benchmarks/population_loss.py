@@ -163,8 +163,8 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, plot=No
 def draw(results: dict, c: dict, path) -> None:
     """Held-out loss against population (log2), a column per task and a row per mode; the claim beside."""
     plt = pyplot()
-    fig, axes = plt.subplots(len(c["modes"]), len(c["tasks"]), figsize=(4.6 * len(c["tasks"]), 3.4 * len(c["modes"])),
-                             squeeze=False)
+    width = max(6.4, 4.6 * len(c["tasks"]))  # one column still holds the claim's title
+    fig, axes = plt.subplots(len(c["modes"]), len(c["tasks"]), figsize=(width, 3.4 * len(c["modes"])), squeeze=False)
     for (task, mode, noise), s in results.items():
         ax = axes[c["modes"].index(mode)][c["tasks"].index(task)]
         ns = sorted(s["points"])
