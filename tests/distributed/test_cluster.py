@@ -218,7 +218,8 @@ class StallOnNode(Replica):
     def evaluate(self, step, lo, hi):
         import ray
         if step == self.STEP and ray.get_runtime_context().get_node_id() == self.NODE:
-            Path(self.MARKER).write_text(str(os.getpid()))
+            Path(self.MARKER + ".tmp").write_text(str(os.getpid()))
+            os.replace(self.MARKER + ".tmp", self.MARKER)  # whole: the killer must never read it empty
             time.sleep(120)
         return super().evaluate(step, lo, hi)
 
