@@ -26,9 +26,9 @@ from typing import Callable
 
 import hyperscalees
 from hyperscalees.benchmarks.base import BenchSetupError
+from hyperscalees.benchmarks.run_store import RunStore
 from hyperscalees.benchmarks.training_curves import json_object as _json_object  # re-used by the studies
 from llm_tuning import GRIDS, tune
-from run_store import RunStore
 from study_cli import last_json
 
 HERE = Path(__file__).resolve().parent  # bench/: the runners' scripts
@@ -298,9 +298,9 @@ def run_grid(sides: dict, model: str, methods, seeds, budget: float, threads: in
     ``side_by_side``: each method's i-th setting runs beside the others' i-th on the same seed, started
     together (:func:`concurrently`), before :func:`tune` reads the scores. ``grids``: each method's grid
     instead of ``llm_tuning.GRIDS`` (``--grid``: a pre-registration's own). ``store``
-    (:class:`run_store.RunStore`) with ``key_of(method, seed, settings)``: each finished cell (each
-    finished pair, side by side) is saved as ``tuning/METHOD_seedS_settingI`` and read back instead of
-    trained when the study runs again (a study spanning sessions)."""
+    (:class:`~hyperscalees.benchmarks.run_store.RunStore`) with ``key_of(method, seed, settings)``: each
+    finished cell (each finished pair, side by side) is saved as ``tuning/METHOD_seedS_settingI`` and read
+    back instead of trained when the study runs again (a study spanning sessions)."""
     grids = {m: (grids or GRIDS)[m][:2] if quick else (grids or GRIDS)[m] for m in methods}
     log(f"llm_vs_grpo: tuning on seeds {list(seeds)}: {sum(map(len, grids.values()))} settings x "
         f"{len(seeds)} seeds x {budget:g} s" + (", side by side" if side_by_side else ""))

@@ -29,8 +29,8 @@ Reported per method and seed: held-out accuracy before and after, formatted shar
 training seconds, generations per second (completions of the step's prompts per training
 second), and per method the median and range over seeds. ``--plot FILE`` draws the mean train
 reward per step against training wall clock; ``--runs-dir DIR`` keeps every run's JSON as it ends, and
-the same command again with the same DIR reads the finished runs back (``run_store.py``): a study longer
-than a working session resumes where it was cut.
+the same command again with the same DIR reads the finished runs back
+(``hyperscalees.benchmarks.run_store``): a study longer than a working session resumes where it was cut.
 
 ``--settings JSON`` runs given settings instead of either side's defaults, with no tuning:
 ``{"es": {"lr": 1e-4, "sigma": 1e-2, "optimizer": "sgd"}, "grpo": {"learning_rate": 3e-4}}`` (the
@@ -70,10 +70,10 @@ from pathlib import Path
 import llm_tuning
 import study_cli
 from hyperscalees.benchmarks.base import BenchSetupError, Report, environment
+from hyperscalees.benchmarks.run_store import RunStore
 from hyperscalees.engine.plotting import pyplot, save_figure
 from llm_runs import (_json_object, before_accuracy, check_side_by_side, concurrently, run_es, run_grid, run_grpo,
                       stopped_early, with_task)
-from run_store import RunStore
 from warm_start import warm_start
 
 QUESTION = ("held-out accuracy after equal training wall clock: ES (train llm, EGGROLL) vs GRPO (TRL), one evaluator, "

@@ -5,7 +5,7 @@
 # side, the whole machine, nothing else running). From amendment 2's checkout (d66e86f, a detached
 # worktree made here if missing) with this checkout's virtualenv; each record lands in
 # bench/results/cpu/llm_prereg_anchors_runs/{sub,pairs}/ and is to be committed as soon as it is written.
-# A record already there is read back, not run again (bench/run_store.py).
+# A record already there is read back, not run again (src/hyperscalees/benchmarks/run_store.py).
 set -euo pipefail
 kind=${1:?sub or pairs}; seed=${2:?a reported seed: 301, 302 or 303}
 main=$(cd "$(dirname "$0")/../.." && pwd)

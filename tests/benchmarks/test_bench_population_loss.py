@@ -83,3 +83,21 @@ def test_budget_must_be_positive_and_reaches_the_wall_mode(capsys):
     rep = pl.run(quick=True, log=quiet, seeds=[0], budget=0.2, settings={"tasks": ["digits"], "modes": ["wall"],
                                                                          "antithetic": [True], "exponents": [3]})
     assert rep.summary["budget_s"] == 0.2 and rep.rows[0][-1] < 1.5                 # seconds of the one run
+
+
+def test_runs_dir_reads_finished_runs_back_so_seeds_can_run_apart(tmp_path):
+    digits = {"tasks": ["digits"], "modes": ["steps"], "antithetic": [True], "exponents": [3, 4]}
+    one = pl.run(quick=True, log=quiet, seeds=[0], settings=digits, runs_dir=tmp_path).to_dict()
+    assert one["read_back"] == 0 and sorted(p.name for p in tmp_path.glob("*.json")) == [
+        "digits_steps_antithetic_N16_seed0.json", "digits_steps_antithetic_N8_seed0.json"]
+    record = json.loads((tmp_path / "digits_steps_antithetic_N8_seed0.json").read_text())
+    assert record["started"].endswith("+00:00") and len(record["load"]) == 3 and record["steps"] == 3
+    both = pl.run(quick=True, log=quiet, seeds=[0, 1], settings=digits, runs_dir=tmp_path).to_dict()
+    assert both["read_back"] == 2                                                      # seed 0's two runs
+    assert [v[0] for v in both["losses"]["digits|steps|antithetic"].values()] == \
+        [v[0] for v in one["losses"]["digits|steps|antithetic"].values()]
+    again = pl.run(quick=True, log=quiet, seeds=[0, 1], settings=digits, runs_dir=tmp_path).to_dict()
+    assert again["read_back"] == 4 and again["rows"] == both["rows"]
+    with pytest.raises(BenchSetupError, match="holds a different run"):                  # other steps, same names
+        pl.run(quick=True, log=quiet, seeds=[0], settings={**digits, "steps": {"digits": 2, "egg": 2}},
+               runs_dir=tmp_path)

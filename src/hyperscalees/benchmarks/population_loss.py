@@ -22,15 +22,21 @@ that stops early neither confirms nor refutes past where it stopped.
 
 Run: ``hyperscalees bench population-loss [--quick] [--json] [--plot FILE] [--seeds S ...]
 [--budget SECONDS] [--settings JSON] [--runs-dir DIR]``; ``--settings`` replaces any key of
-:func:`configs`, e.g. ``{"tasks": ["digits"], "modes": ["steps"]}``.
+:func:`configs`, e.g. ``{"tasks": ["digits"], "modes": ["steps"]}``. ``--runs-dir DIR`` keeps every
+run's directory and a record of it (:mod:`.run_store`); the same command again with the same DIR
+reads the finished runs back (``read_back`` in the summary counts them), so one seed a process
+(``--seeds 0``, ``--seeds 1`` ...) and then all seeds together make the same table.
 """
 from __future__ import annotations
 
 import math
+import os
 import time
+from datetime import datetime, timezone
 
 from ..engine.plotting import pyplot, save_figure
 from .base import BenchSetupError, Report, environment
+from .run_store import RunStore
 from .training_curves import TASKS, check_tasks, mean_sd, noise_label, train, with_settings
 
 QUESTION = "held-out loss against population (2^6 ... 2^18), fixed steps and fixed wall clock"
@@ -63,20 +69,34 @@ def check(c: dict, seeds) -> None:
         raise BenchSetupError("--seeds: at least one seed")
 
 
-def point(task: str, mode: str, anti: bool, pop: int, seeds, c: dict, device: str, runs_dir=None) -> dict:
+def point(task: str, mode: str, anti: bool, pop: int, seeds, c: dict, device: str, store: RunStore) -> dict:
     """Every seed's run at one population; the mean and sd of the held-out loss."""
-    runs = []
-    for seed in seeds:
-        es = {"population": pop, "seed": seed, "antithetic": anti}
-        steps = c["steps"][task] if mode == "steps" else 10 ** 9
-        keep = None if runs_dir is None else f"{runs_dir}/{task}_{mode}_{noise_label(anti)}_N{pop}_seed{seed}"
-        runs.append(train(task, "eggroll", es, steps, steps, device, c["options"].get(task),
-                          time_budget=c["budget"] if mode == "wall" else None, keep=keep,
-                          chunk=min(pop, c["chunk"][task])))
+    runs = [seed_run(task, mode, anti, pop, seed, c, device, store) for seed in seeds]
     loss, sd = mean_sd(r["loss"] for r in runs)
     return {"loss": loss, "sd": sd, "losses": [r["loss"] for r in runs],
             "steps": mean_sd(r["steps"] for r in runs)[0], "s_per_step": mean_sd(r["s_per_step"] for r in runs)[0],
-            "seconds": sum(r["seconds"] for r in runs)}
+            "seconds": sum(r["seconds"] for r in runs), "read_back": sum(r["read_back"] for r in runs)}
+
+
+def seed_run(task: str, mode: str, anti: bool, pop: int, seed: int, c: dict, device: str, store: RunStore) -> dict:
+    """One seed's run at one population, or its record read back from ``--runs-dir`` (kept when it ended,
+    with the date and the load it ran under), so a series of hours survives a kill and splits across
+    sessions, or across processes a seed each."""
+    name = f"{task}_{mode}_{noise_label(anti)}_N{pop}_seed{seed}"
+    steps = c["steps"][task] if mode == "steps" else 10 ** 9
+    chunk = min(pop, c["chunk"][task])
+    key = {"task": task, "mode": mode, "antithetic": anti, "population": pop, "seed": seed, "chunk": chunk,
+           "options": c["options"].get(task), **({"steps": steps} if mode == "steps" else {"budget_s": c["budget"]})}
+    saved = store.load(name, key)
+    if saved is not None:
+        return {**saved, "read_back": 1}
+    started, load = datetime.now(timezone.utc).isoformat(timespec="seconds"), os.getloadavg()
+    keep = None if store.folder is None else store.folder / name
+    r = train(task, "eggroll", {"population": pop, "seed": seed, "antithetic": anti}, steps, steps, device,
+              c["options"].get(task), time_budget=c["budget"] if mode == "wall" else None, keep=keep, chunk=chunk)
+    record = {k: r[k] for k in ("loss", "steps", "s_per_step", "seconds")} | {"started": started, "load": load}
+    store.save(name, key, record)
+    return {**record, "read_back": 0}
 
 
 def too_long(mode: str, last: dict | None, c: dict, task: str, seeds) -> str | None:
@@ -92,7 +112,7 @@ def too_long(mode: str, last: dict | None, c: dict, task: str, seeds) -> str | N
     return None
 
 
-def series(task: str, mode: str, anti: bool, seeds, c: dict, device: str, log, runs_dir=None) -> dict:
+def series(task: str, mode: str, anti: bool, seeds, c: dict, device: str, log, store: RunStore) -> dict:
     """One (task, mode, noise) up the populations until the next point would not fit its time."""
     points, last, stopped = {}, None, None
     for e in c["exponents"]:
@@ -102,7 +122,7 @@ def series(task: str, mode: str, anti: bool, seeds, c: dict, device: str, log, r
             stopped = {"before": pop, "why": why}
             log(f"  {task} {mode} {noise_label(anti)}: stops before N=2^{e}: {why}")
             break
-        last = points[pop] = point(task, mode, anti, pop, seeds, c, device, runs_dir)
+        last = points[pop] = point(task, mode, anti, pop, seeds, c, device, store)
         log(f"  {task} {mode} {noise_label(anti)} N=2^{e}: loss {last['loss']:.4g} ± {last['sd']:.2g} "
             f"({last['steps']:.0f} steps, {last['s_per_step']:.3g} s/step)")
     return {"points": points, "stopped": stopped}
@@ -132,10 +152,11 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, plot=No
     seeds = list(seeds) if seeds else [0, 1, 2]
     check(c, seeds)
     rep, start, results = Report("population-loss", QUESTION, COLUMNS), time.perf_counter(), {}
+    store = RunStore(runs_dir)
     for task in c["tasks"]:
         for mode in c["modes"]:
             for anti in c["antithetic"]:
-                s = results[(task, mode, noise_label(anti))] = series(task, mode, anti, seeds, c, device, log, runs_dir)
+                s = results[(task, mode, noise_label(anti))] = series(task, mode, anti, seeds, c, device, log, store)
                 for pop, p in s["points"].items():
                     rep.rows.append([task, mode, noise_label(anti), pop, len(seeds), p["loss"], p["sd"], p["steps"],
                                      p["s_per_step"], p["seconds"]])
@@ -144,6 +165,7 @@ def run(quick: bool = False, device: str = "cpu", log=print, seeds=None, plot=No
                    "verdict": {key(k): verdict(s["points"]) for k, s in results.items()},
                    "stopped": {key(k): s["stopped"] for k, s in results.items()},
                    "steps": c["steps"], "budget_s": c["budget"], "point_budget_s": c["point_budget"],
+                   "read_back": sum(p["read_back"] for s in results.values() for p in s["points"].values()),
                    "seconds": time.perf_counter() - start, "environment": environment()}
     rep.details = {"settings": c, "losses": {key(k): {str(n): p["losses"] for n, p in s["points"].items()}
                                               for k, s in results.items()}}

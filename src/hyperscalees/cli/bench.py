@@ -90,7 +90,8 @@ def _add_training_flags(p) -> None:
                         "cosine against population) to this PNG; scale: predicted efficiency against workers "
                         "(default: a temp file) (needs matplotlib)")
     p.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
-                   help="rank, population-loss: keep every training run's directory under DIR")
+                   help="rank, population-loss: keep every training run's directory under DIR (population-loss: "
+                        "and a record of it; the same command again with the same DIR reads finished runs back)")
     p.add_argument("--settings", default=None, metavar="JSON",
                    help="rank, population-loss: override the configuration, e.g. '{\"tasks\": [\"digits\"]}' "
                         "(the keys are in each module's configs())")

@@ -1,13 +1,13 @@
 """Finished runs kept on disk, so a study cut short by a session's end resumes instead of starting over.
 
-An LLM study's runs take an hour each on a CPU and a working session three, so a pre-registered
-study spans sessions. Every finished run is written (atomically) under ``--runs-dir`` as soon as it
-ends, beside the key that says what it ran: method, seed, budget, settings, model, task, held-out
-rule. Run the same command again with the same folder and a run whose file holds the same key is read
-back instead of trained again. A file holding a different key means two studies share the folder:
-that is refused, never overwritten. A run killed midway wrote nothing, so it runs again whole, and
-the runs of a side-by-side pair are written together, after both end, so a pair also runs again whole
-(they must meet the same contention).
+A study's runs can take an hour each on a CPU (an LLM study's) or fill hours as a series (``bench
+population-loss`` at 300 s a run), longer than a working session. Every finished run is written
+(atomically) under a runs folder as soon as it ends, beside the key that says what it ran (method,
+seed, budget, settings ...). Run the same command again with the same folder and a run whose file
+holds the same key is read back instead of trained again. A file holding a different key means two
+studies share the folder: that is refused, never overwritten. A run killed midway wrote nothing, so
+it runs again whole; runs that must meet the same contention (a side-by-side pair) are written
+together, after both end, so they also run again together.
 
 Scores made outside the clock (the model's held-out accuracy before training) are kept the same way:
 on SmolLM2 the pooled held-out set takes nine minutes to score.
