@@ -101,3 +101,13 @@ def test_runs_dir_reads_finished_runs_back_so_seeds_can_run_apart(tmp_path):
     with pytest.raises(BenchSetupError, match="holds a different run"):                  # other steps, same names
         pl.run(quick=True, log=quiet, seeds=[0], settings={**digits, "steps": {"digits": 2, "egg": 2}},
                runs_dir=tmp_path)
+
+
+def test_a_run_cut_by_a_signal_is_not_recorded_and_ends_the_series(tmp_path, monkeypatch):
+    real = pl.train
+    cut = lambda *a, **k: {**real(*a, **k), "stopped": "SIGTERM"}   # as the engine reports a SIGTERM
+    monkeypatch.setattr(pl, "train", cut)
+    digits = {"tasks": ["digits"], "modes": ["steps"], "antithetic": [True], "exponents": [3, 4]}
+    with pytest.raises(BenchSetupError, match=r"N8_seed0: stopped by SIGTERM .*not recorded.*same command again"):
+        pl.run(quick=True, log=quiet, seeds=[0], settings=digits, runs_dir=tmp_path)
+    assert not list(tmp_path.glob("*.json"))

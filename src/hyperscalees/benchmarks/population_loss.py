@@ -43,6 +43,7 @@ QUESTION = "held-out loss against population (2^6 ... 2^18), fixed steps and fix
 COLUMNS = ["task", "mode", "noise", "population", "seeds", "heldout_loss", "sd", "steps", "s_per_step", "seconds"]
 MODES = ("steps", "wall")
 CLAIM = "loss falls as the population grows, up to 262,144"
+FINISHED = ("steps", "time_budget")  # how a run ends by itself (engine/loop.py); anything else is a signal
 
 
 def configs(quick: bool) -> dict:
@@ -94,6 +95,9 @@ def seed_run(task: str, mode: str, anti: bool, pop: int, seed: int, c: dict, dev
     keep = None if store.folder is None else store.folder / name
     r = train(task, "eggroll", {"population": pop, "seed": seed, "antithetic": anti}, steps, steps, device,
               c["options"].get(task), time_budget=c["budget"] if mode == "wall" else None, keep=keep, chunk=chunk)
+    if r["stopped"] not in FINISHED:  # SIGINT/SIGTERM: a cut run is no record, and the series stops as asked
+        kept = f"; the finished runs are kept in {store.folder}, and the same command again goes on" if keep else ""
+        raise BenchSetupError(f"{name}: stopped by {r['stopped']} after {r['steps']} steps, not recorded{kept}")
     record = {k: r[k] for k in ("loss", "steps", "s_per_step", "seconds")} | {"started": started, "load": load}
     store.save(name, key, record)
     return {**record, "read_back": 0}
