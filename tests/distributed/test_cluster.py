@@ -218,8 +218,12 @@ class StallOnNode(Replica):
     def evaluate(self, step, lo, hi):
         import ray
         if step == self.STEP and ray.get_runtime_context().get_node_id() == self.NODE:
-            Path(self.MARKER + ".tmp").write_text(str(os.getpid()))
-            os.replace(self.MARKER + ".tmp", self.MARKER)  # whole: the killer must never read it empty
+            # whole (the killer must never read it empty), through a file of this process's own: a group's
+            # two workers on NODE can reach step STEP together, and a shared temporary name had the second
+            # one's os.replace find it already moved (FileNotFoundError, a CI failure of 2026-11-30)
+            tmp = f"{self.MARKER}.{os.getpid()}.tmp"
+            Path(tmp).write_text(str(os.getpid()))
+            os.replace(tmp, self.MARKER)
             time.sleep(120)
         return super().evaluate(step, lo, hi)
 
