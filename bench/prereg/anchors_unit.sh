@@ -5,9 +5,11 @@
 # side, the whole machine, nothing else running). From amendment 2's checkout (d66e86f, a detached
 # worktree made here if missing) with this checkout's virtualenv; each record lands in
 # bench/results/cpu/llm_prereg_anchors_runs/{sub,pairs}/ and is to be committed as soon as it is written.
-# A record already there is read back, not run again (src/hyperscalees/benchmarks/run_store.py).
+# A record already there is read back, not run again (src/hyperscalees/benchmarks/run_store.py), so once
+# every seed is in, the same command with `--seeds 301 302 303 --out FILE` (arguments after the seed go
+# to bench/llm_vs_grpo.py) writes the unit's whole table for bench/prereg_result.py without training.
 set -euo pipefail
-kind=${1:?sub or pairs}; seed=${2:?a reported seed: 301, 302 or 303}
+kind=${1:?sub or pairs}; seed=${2:?a reported seed: 301, 302 or 303}; shift 2
 main=$(cd "$(dirname "$0")/../.." && pwd)
 wt=${ANCHORS_WORKTREE:-/work/wt/anchors}
 [ -d "$wt" ] || git -C "$main" worktree add --detach "$wt" d66e86f
@@ -16,7 +18,7 @@ model=$("$py" -c "import hyperscalees.llm as l; print(l.smollm2_path())")
 chat='<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n'
 opts='{"min_steps": 1, "max_steps": 1, "max_number": 9, "template": "'"$chat"'"}'
 common=(--model "$model" --task arithmetic --task-options "$opts" --seeds "$seed" --budget 3600 --held-out pooled
-        --snapshot-every 1800 --max-new-tokens 48 --json --runs-dir "$main/bench/results/cpu/llm_prereg_anchors_runs/$kind")
+        --snapshot-every 1800 --max-new-tokens 48 --json --runs-dir "$main/bench/results/cpu/llm_prereg_anchors_runs/$kind" "$@")
 cd "$wt"
 case $kind in
   sub)
