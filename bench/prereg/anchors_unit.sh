@@ -6,7 +6,8 @@
 # worktree made here if missing) with this checkout's virtualenv; each record lands in
 # bench/results/cpu/llm_prereg_anchors_runs/{sub,pairs}/ and is to be committed as soon as it is written.
 # A record already there is read back, not run again (src/hyperscalees/benchmarks/run_store.py), so once
-# every seed is in, the same command with `--seeds 301 302 303 --out FILE` (arguments after the seed go
+# every seed is in, the same command with `--seeds 301 302 303 --out FILE` (FILE an absolute path: the
+# command runs in the worktree; arguments after the seed go
 # to bench/llm_vs_grpo.py) writes the unit's whole table for bench/prereg_result.py without training.
 set -euo pipefail
 kind=${1:?sub or pairs}; seed=${2:?a reported seed: 301, 302 or 303}; shift 2
